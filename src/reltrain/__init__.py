@@ -1,0 +1,17 @@
+"""reltrain: relation-extraction training that gives the same result on any number of devices.
+
+Importing the package has no side effects: logging, jieba and the trainer load lazily.
+"""
+
+from __future__ import annotations
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__", "load"]
+
+
+def load(path, device: str = "cpu"):
+    """Load a checkpoint for prediction: ``reltrain.load("run/checkpoints/best.pt").predict(...)``."""
+    from reltrain.predict import Predictor
+
+    return Predictor.from_checkpoint(path, device=device)

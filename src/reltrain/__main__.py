@@ -1,0 +1,3 @@
+from reltrain.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,105 @@
+"""Command line: parse once, dispatch to run_* functions. User errors exit 2 without a traceback."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from reltrain.errors import UserError
+
+_CONFIG_EPILOG = """\
+options (key=value, after --config FILE; nested keys use dots):
+{options}
+
+examples:
+  reltrain train
+  reltrain train data.train=train.csv data.valid=valid.csv data.test=test.csv \\
+      data.labels=relation.csv data.language=zh model.name=pcnn train.epochs=20
+  torchrun --standalone --nproc_per_node=2 -m reltrain train --config configs/deepke-zh-cnn.yaml
+"""
+
+
+def _parser() -> argparse.ArgumentParser:
+    from reltrain import __version__
+    from reltrain.config import describe_options
+
+    parser = argparse.ArgumentParser(prog="reltrain", description="Train and use relation-extraction models.")
+    parser.add_argument("--version", action="version", version=f"reltrain {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    epilog = _CONFIG_EPILOG.format(options=describe_options())
+    for name, text in (("train", "train a model (one process, or one per torchrun worker)"),
+                       ("preprocess", "tokenize and cache the data only")):
+        p = sub.add_parser(name, help=text, description=text, epilog=epilog,
+                           formatter_class=argparse.RawDescriptionHelpFormatter)
+        p.add_argument("--config", metavar="FILE", help="YAML or JSON config file")
+        p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides")
+        # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank (older).
+        p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
+                       help=argparse.SUPPRESS)
+    p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
+    p.add_argument("checkpoint")
+    p.add_argument("data", help="labelled .csv or .jsonl")
+    p.add_argument("--output", metavar="FILE", help="also write the JSON here")
+    _common(p)
+    p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
+    p.add_argument("checkpoint")
+    p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional)")
+    p.add_argument("--text")
+    p.add_argument("--head", help="head entity text")
+    p.add_argument("--tail", help="tail entity text")
+    p.add_argument("--head-offset", type=int, help="character offset of the head (default: first occurrence)")
+    p.add_argument("--tail-offset", type=int, help="character offset of the tail (default: first occurrence)")
+    p.add_argument("--top-k", type=int, default=3)
+    p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
+    _common(p)
+    return parser
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--skip-bad-rows", action="store_true", help="skip invalid rows instead of stopping")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return _dispatch(args)
+    except UserError as exc:
+        print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    except KeyboardInterrupt:
+        print("reltrain: interrupted", file=sys.stderr)
+        return 130
+
+
+def _dispatch(args) -> int:
+    if args.command in ("train", "preprocess"):
+        if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
+            os.environ["LOCAL_RANK"] = str(args.local_rank)
+        from reltrain.config import load_config
+
+        cfg = load_config(args.config, args.overrides)
+        if args.command == "preprocess":
+            from reltrain.preprocess_cmd import run_preprocess
+
+            run_preprocess(cfg)
+        else:
+            from reltrain.train import run_train
+
+            run_train(cfg)
+    elif args.command == "evaluate":
+        from reltrain.evaluate import run_evaluate
+
+        run_evaluate(args.checkpoint, args.data, args.output, args.device,
+                     skip_bad_rows=args.skip_bad_rows)
+    else:
+        from reltrain.predict import run_predict
+
+        if args.data and args.text:
+            raise UserError("give either a DATA file or --text, not both")
+        if args.top_k < 1:
+            raise UserError("--top-k must be at least 1")
+        run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
+                    args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows)
+    return 0

@@ -1,0 +1,206 @@
+"""One typed config: nested dataclasses, a YAML/JSON file, then ``key=value`` overrides.
+
+OmegaConf does the merging and type conversion; ``validate`` checks ranges once, and every
+problem becomes a one-line ``UserError``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from reltrain.errors import UserError
+
+
+def _opt(default, help: str, **kw):
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
+
+
+@dataclass
+class DataConfig:
+    train: str = _opt("", "training file (.csv or .jsonl); empty: the bundled English example")
+    valid: str = _opt("", "validation file; empty with data.train set: no validation")
+    test: str = _opt("", "test file, scored once with the best checkpoint")
+    labels: str = _opt("", "label file (relation.csv or one label per line); empty: from data.train")
+    language: str = _opt("en", "zh or en")
+    tokenizer: str = _opt("auto", "auto (zh: jieba, en: word), jieba, char or word")
+    lowercase: bool = _opt(True, "lower-case English tokens")
+    max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities")
+    min_freq: int = _opt(2, "a training token needs this many occurrences to enter the vocabulary")
+    pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
+    skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
+    cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
+    bucket: bool = _opt(False, "group training batches by sentence length (less padding)")
+    num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)")
+
+
+@dataclass
+class ModelConfig:
+    name: str = _opt("cnn", "encoder: cnn or pcnn")
+    word_dim: int = _opt(100, "word embedding size")
+    pos_dim: int = _opt(10, "size of each of the two position embeddings")
+    kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
+    num_filters: int = _opt(128, "filters per kernel size")
+    activation: str = _opt("relu", "relu, gelu or tanh")
+    dropout: float = _opt(0.5, "dropout before the classifier")
+    pretrained: str = _opt("", "local folder of a pretrained model (later encoders)")
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = _opt(10, "passes over the training data")
+    batch_size: int = _opt(32, "examples per process and step; global batch = world_size x this")
+    eval_batch_size: int = _opt(256, "examples per evaluation batch")
+    lr: float = _opt(1e-3, "Adam learning rate")
+    weight_decay: float = _opt(0.0, "Adam weight decay")
+    lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)")
+    lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
+    grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
+    early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off")
+    select_metric: str = _opt("macro_f1", "validation metric that picks best.pt")
+    class_weights: str = _opt("none", "none or balanced (inverse class frequency in the loss)")
+    seed: int = _opt(1, "seed for python, numpy and torch")
+
+
+@dataclass
+class DistConfig:
+    strategy: str = _opt("auto", "auto (ddp under a launcher, else single), single, ddp or dp")
+    backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo")
+    timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
+    find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
+    dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
+
+
+@dataclass
+class LogConfig:
+    progress: str = _opt("auto", "progress bars: auto (on a terminal), true or false")
+    plots: bool = _opt(True, "write plots/*.png")
+    tensorboard: str = _opt("auto", "auto (if installed), true or false")
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    dist: DistConfig = field(default_factory=DistConfig)
+    log: LogConfig = field(default_factory=LogConfig)
+    device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
+    output_dir: str = _opt("", "run directory; empty: runs/<time>-<model>")
+    devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only")
+
+
+METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy")
+
+
+def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
+    """Defaults, then the file at ``path``, then ``key=value`` overrides; validated once."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    for item in overrides:
+        if "=" not in item or item.startswith("="):
+            raise UserError(f"override '{item}' is not key=value (see 'reltrain train --help')")
+    try:
+        merged = OmegaConf.structured(Config)
+        if path:
+            if not Path(path).is_file():
+                raise UserError(f"{path}: config file not found")
+            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        cfg = OmegaConf.to_object(merged)
+    except OmegaConfBaseException as exc:
+        raise UserError(f"bad option: {_first_line(exc)}") from None
+    except Exception as exc:  # YAML syntax errors come from PyYAML
+        if type(exc).__module__.startswith("yaml"):
+            raise UserError(f"{path}: not valid YAML/JSON: {_first_line(exc)}") from None
+        raise
+    validate(cfg)
+    return cfg
+
+
+def config_from_dict(data: dict) -> Config:
+    """Rebuild a Config saved in a checkpoint (keys unknown to this version are an error)."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), data))
+    except OmegaConfBaseException as exc:
+        raise UserError(f"checkpoint config does not fit this reltrain: {_first_line(exc)}") from None
+
+
+def to_dict(cfg: Config) -> dict[str, Any]:
+    return dataclasses.asdict(cfg)
+
+
+def _first_line(exc: Exception) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
+
+
+def validate(cfg: Config) -> None:
+    """Range and choice checks that types alone cannot express."""
+    d, m, t, dist = cfg.data, cfg.model, cfg.train, cfg.dist
+    # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
+    cfg.log.progress = str(cfg.log.progress).lower()
+    cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
+    _check(d.language in ("zh", "en"), f"data.language must be zh or en, not '{d.language}'")
+    _check(d.tokenizer in ("auto", "jieba", "char", "word"),
+           f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")
+    _check(d.max_len >= 8, "data.max_len must be at least 8")
+    _check(d.min_freq >= 1, "data.min_freq must be at least 1")
+    _check(d.pos_limit >= 1, "data.pos_limit must be at least 1")
+    _check(d.num_workers >= 0, "data.num_workers must be >= 0")
+    for key in ("train", "valid", "test", "labels"):
+        path = getattr(d, key)
+        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}")
+    _check(bool(d.train) or not (d.valid or d.test), "data.valid/data.test given without data.train")
+    _check(m.word_dim > 0 and m.pos_dim > 0 and m.num_filters > 0, "model sizes must be positive")
+    _check(bool(m.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in m.kernel_sizes),
+           f"model.kernel_sizes must be odd positive widths, not {list(m.kernel_sizes)}")
+    _check(m.activation in ("relu", "gelu", "tanh"), "model.activation must be relu, gelu or tanh")
+    _check(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
+    _check(t.epochs >= 1, "train.epochs must be at least 1")
+    _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
+    _check(t.lr > 0, "train.lr must be positive")
+    _check(t.weight_decay >= 0 and t.grad_clip >= 0, "train.weight_decay and grad_clip must be >= 0")
+    _check(0 < t.lr_factor < 1, "train.lr_factor must be in (0, 1)")
+    _check(t.select_metric in METRICS, f"train.select_metric must be one of {', '.join(METRICS)}")
+    _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
+    _check(dist.strategy in ("auto", "single", "ddp", "dp"),
+           "dist.strategy must be auto, single, ddp or dp")
+    _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
+    _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
+    _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
+    _check(cfg.log.tensorboard in ("auto", "true", "false"),
+           "log.tensorboard must be auto, true or false")
+    _check(cfg.devices >= 0, "devices must be >= 0")
+    dev = cfg.device
+    _check(dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
+           f"device must be auto, cpu, cuda or cuda:N, not '{dev}'")
+
+
+def describe_options() -> str:
+    """The ``--help`` listing: every key with its default and meaning."""
+    lines = []
+
+    def walk(obj, prefix: str) -> None:
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                shown = repr(value) if isinstance(value, str) else value
+                lines.append(f"  {prefix + f.name:<28} {str(shown):<14} {f.metadata.get('help', '')}")
+
+    walk(Config(), "")
+    return "\n".join(lines)

@@ -1,0 +1,1 @@
+"""Everything between raw files and batches: records, tokens, vocabulary, cache, datasets."""

@@ -1,0 +1,155 @@
+"""Dataset, batches and samplers. A batch is built with a few vectorised numpy operations from
+the flat arrays of a ``Split``: no per-sample Python work in the training loop.
+
+Shapes: B batch, L longest sentence in the batch.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Iterator
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset, Sampler
+
+from reltrain.data.preprocess import Split
+
+
+@dataclass
+class Batch:
+    word: torch.Tensor  # (B, L) token ids, 0 = padding
+    pos_head: torch.Tensor  # (B, L) clipped position relative to the head, shifted to >= 1
+    pos_tail: torch.Tensor  # (B, L)
+    segment: torch.Tensor  # (B, L) PCNN piece 1..3, 0 = padding
+    mask: torch.Tensor  # (B, L) True on real tokens
+    label: torch.Tensor  # (B,) -1 where unknown
+    index: torch.Tensor  # (B,) position of each example in its split
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        """What the model's forward takes (keyword tensors, so DataParallel can scatter them)."""
+        return {"word": self.word, "pos_head": self.pos_head, "pos_tail": self.pos_tail,
+                "segment": self.segment, "mask": self.mask}
+
+    def to(self, device, non_blocking: bool = False) -> "Batch":
+        return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                        for f in fields(self)})
+
+    def pin_memory(self) -> "Batch":  # called by DataLoader(pin_memory=True)
+        return Batch(**{f.name: getattr(self, f.name).pin_memory() for f in fields(self)})
+
+    def __len__(self) -> int:
+        return len(self.label)
+
+
+def _relative(ar: np.ndarray, span: np.ndarray, limit: int) -> np.ndarray:
+    start, end = span[:, :1], span[:, 1:]
+    rel = np.where(ar < start, ar - start, np.where(ar >= end, ar - end + 1, 0))
+    return np.clip(rel, -limit, limit) + limit + 1
+
+
+class RelationDataset(Dataset):
+    """Examples of one split; ``__getitems__`` returns a whole padded ``Batch``."""
+
+    def __init__(self, split: Split, pos_limit: int):
+        self.split, self.pos_limit = split, pos_limit
+        self.lengths = split.lengths
+
+    def __len__(self) -> int:
+        return len(self.split)
+
+    def __getitem__(self, i: int) -> Batch:
+        return self.__getitems__([i])
+
+    def __getitems__(self, indices) -> Batch:
+        s = self.split
+        idx = np.asarray(indices, dtype=np.int64)
+        starts, lens = s.offsets[idx], self.lengths[idx]
+        ar = np.arange(max(int(lens.max()), 1))[None, :]  # (1, L)
+        mask = ar < lens[:, None]  # (B, L)
+        word = np.where(mask, s.token_ids[np.where(mask, starts[:, None] + ar, 0)], 0)
+        head, tail = s.head[idx], s.tail[idx]
+        ends = np.stack([head[:, 1], tail[:, 1]], axis=1)  # (B, 2)
+        # PCNN pieces end where the entities end, so each entity lies inside pieces 1-2 even when
+        # the two overlap or nest; a piece may be empty and the model handles that.
+        segment = 1 + (ar >= ends.min(1, keepdims=True)) + (ar >= ends.max(1, keepdims=True))
+        as_tensor = lambda a: torch.from_numpy(np.where(mask, a, 0).astype(np.int64))  # noqa: E731
+        return Batch(word=torch.from_numpy(word.astype(np.int64)),
+                     pos_head=as_tensor(_relative(ar, head, self.pos_limit)),
+                     pos_tail=as_tensor(_relative(ar, tail, self.pos_limit)),
+                     segment=as_tensor(segment),
+                     mask=torch.from_numpy(mask),
+                     label=torch.from_numpy(s.labels[idx]),
+                     index=torch.from_numpy(idx))
+
+
+def collate_batch(batch: Batch) -> Batch:
+    """The dataset already returns a whole batch; a named function so workers can pickle it."""
+    return batch
+
+
+class TrainBatchSampler(Sampler[list[int]]):
+    """This rank's training batches for one epoch, the same order for any launch.
+
+    One permutation per epoch (from ``seed + epoch``) is padded to a multiple of ``world_size``,
+    cut into global batches of ``world_size * batch_size`` and each rank takes its interleaved
+    share, so world size W with batch B trains on the same global batches as one process with
+    batch W*B. Every rank gets the same number of batches, so uneven data never hangs a rank.
+    With ``bucket`` the permutation is sorted by length inside large chunks first (less padding).
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, rank: int = 0,
+                 world_size: int = 1, bucket: bool = False):
+        self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
+        self.rank, self.world_size, self.bucket = rank, world_size, bucket
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def _global_order(self) -> np.ndarray:
+        rng = np.random.default_rng(self.seed + self.epoch)
+        order = rng.permutation(len(self.lengths))
+        pad = (-len(order)) % self.world_size
+        order = np.concatenate([order, order[:pad]])
+        if self.bucket:
+            chunk = self.batch_size * self.world_size * 50
+            parts = [order[i:i + chunk] for i in range(0, len(order), chunk)]
+            order = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in parts])
+        return order
+
+    def _global_batches(self) -> list[np.ndarray]:
+        order, size = self._global_order(), self.batch_size * self.world_size
+        batches = [order[i:i + size] for i in range(0, len(order), size)]
+        if self.bucket:  # sorted chunks would otherwise train short sentences first
+            perm = np.random.default_rng(self.seed + self.epoch + 1).permutation(len(batches))
+            batches = [batches[i] for i in perm]
+        return batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self._global_batches():
+            yield batch[self.rank::self.world_size].tolist()
+
+    def __len__(self) -> int:
+        return math.ceil((len(self.lengths) + (-len(self.lengths)) % self.world_size)
+                         / (self.batch_size * self.world_size))
+
+
+class EvalBatchSampler(Sampler[list[int]]):
+    """Evaluation batches: sorted by length, cut once, and dealt round-robin to the ranks.
+
+    Every example is in exactly one batch of exactly the same composition whatever the world
+    size, so the gathered predictions equal the single-process ones bit for bit.
+    """
+
+    def __init__(self, lengths: np.ndarray, batch_size: int, rank: int = 0, world_size: int = 1):
+        order = np.argsort(lengths, kind="stable")
+        self.batches = [order[i:i + batch_size].tolist() for i in range(0, len(order), batch_size)]
+        self.rank, self.world_size = rank, world_size
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches[self.rank::self.world_size])
+
+    def __len__(self) -> int:
+        return len(self.batches[self.rank::self.world_size])

@@ -1,0 +1,188 @@
+"""Records -> token ids and entity spans, cached on disk as numpy arrays + JSON (no pickle).
+
+The cache directory is named by a hash of the input files' bytes and of every option that
+changes the result, so an edited file or option rebuilds and an unchanged one is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from reltrain.data.readers import labels_from_records, read_labels, read_records
+from reltrain.data.schema import Record
+from reltrain.data.tokenize import Tokenizer
+from reltrain.data.vocab import Vocab
+from reltrain.errors import UserError
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class Split:
+    """One split as flat arrays: tokens of example i are ``token_ids[offsets[i]:offsets[i+1]]``."""
+
+    token_ids: np.ndarray  # (T,) int32
+    offsets: np.ndarray  # (N+1,) int64
+    head: np.ndarray  # (N, 2) int32 token span, end exclusive
+    tail: np.ndarray  # (N, 2) int32
+    labels: np.ndarray  # (N,) int64; -1 where the input had no relation
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    @property
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def save(self, path: Path) -> None:
+        np.savez(path, token_ids=self.token_ids, offsets=self.offsets, head=self.head,
+                 tail=self.tail, labels=self.labels)
+
+    @classmethod
+    def load(cls, path: Path) -> "Split":
+        with np.load(path, allow_pickle=False) as z:
+            return cls(**{k: z[k] for k in ("token_ids", "offsets", "head", "tail", "labels")})
+
+
+@dataclass
+class Prepared:
+    vocab: Vocab
+    labels: list[str]
+    splits: dict[str, Split]
+    meta: dict = field(default_factory=dict)
+    cache_path: Path | None = None
+    reused: bool = False
+
+
+def encode_records(records: list[Record], tokenizer: Tokenizer, vocab: Vocab | None,
+                   label_index: dict[str, int], max_len: int, progress: bool = False,
+                   desc: str = "tokenize") -> tuple[Split, list[list[str]], int]:
+    """Tokenize and index records; returns the split, the token lists and how many were cut.
+
+    With ``vocab=None`` the ids are left empty (the caller builds the vocabulary first).
+    """
+    from tqdm.auto import tqdm
+
+    all_tokens, heads, tails, truncated = [], [], [], 0
+    for rec in tqdm(records, desc=desc, disable=not progress, unit="sent", leave=False):
+        tok = tokenizer(rec, max_len)
+        all_tokens.append(tok.tokens)
+        heads.append(tok.head)
+        tails.append(tok.tail)
+        truncated += tok.truncated
+    lengths = np.array([len(t) for t in all_tokens], dtype=np.int64)
+    ids = [] if vocab is None else [i for toks in all_tokens for i in vocab.encode(toks)]
+    split = Split(
+        token_ids=np.asarray(ids, dtype=np.int32),
+        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
+        head=np.asarray(heads, dtype=np.int32).reshape(-1, 2),
+        tail=np.asarray(tails, dtype=np.int32).reshape(-1, 2),
+        labels=np.asarray([label_index.get(r.relation, -1) if r.relation is not None else -1
+                           for r in records], dtype=np.int64),
+    )
+    return split, all_tokens, truncated
+
+
+def cache_key(data_cfg, tokenizer: Tokenizer) -> str:
+    digest = hashlib.sha256()
+    options = {"format": CACHE_FORMAT, "tokenizer": tokenizer.kind, "lowercase": tokenizer.lowercase,
+               "max_len": data_cfg.max_len, "min_freq": data_cfg.min_freq,
+               "skip_bad_rows": data_cfg.skip_bad_rows}
+    digest.update(json.dumps(options, sort_keys=True).encode())
+    for name in (*SPLITS, "labels"):
+        path = getattr(data_cfg, name)
+        digest.update(f"\0{name}\0".encode())
+        if path:
+            with open(path, "rb") as f:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    digest.update(chunk)
+    return digest.hexdigest()[:20]
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "reltrain"
+
+
+def prepare(data_cfg, progress: bool = False) -> Prepared:
+    """Load the cached tensors for these files and options, building them if needed."""
+    tokenizer = Tokenizer.from_config(data_cfg)
+    root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
+    path = root / cache_key(data_cfg, tokenizer)
+    if (path / "meta.json").is_file():
+        try:
+            prepared = _load(path)
+            prepared.reused = True
+            return prepared
+        except (OSError, ValueError, KeyError) as exc:  # a damaged cache is rebuilt, not trusted
+            log.warning("preprocessing cache %s is unreadable (%s); rebuilding", path, exc)
+    prepared = _build(data_cfg, tokenizer, progress)
+    _save(prepared, path)
+    prepared.cache_path = path
+    return prepared
+
+
+def _build(data_cfg, tokenizer: Tokenizer, progress: bool) -> Prepared:
+    given = read_labels(data_cfg.labels) if data_cfg.labels else None
+    skip = data_cfg.skip_bad_rows
+    train = read_records(data_cfg.train, given, skip_bad_rows=skip)
+    labels = given if given is not None else labels_from_records(train.records)
+    index = {name: i for i, name in enumerate(labels)}
+    results = {"train": train}
+    for name in ("valid", "test"):
+        if getattr(data_cfg, name):
+            results[name] = read_records(getattr(data_cfg, name), labels, skip_bad_rows=skip)
+    splits, token_lists, meta = {}, {}, {"skipped": {}, "truncated": {}, "rows": {}}
+    for name, result in results.items():
+        split, tokens, cut = encode_records(result.records, tokenizer, None, index,
+                                            data_cfg.max_len, progress, desc=f"tokenize {name}")
+        splits[name], token_lists[name] = split, tokens
+        meta["skipped"][name] = result.skipped
+        meta["truncated"][name] = cut
+        meta["rows"][name] = len(result.records)
+    vocab = Vocab.build(token_lists["train"], data_cfg.min_freq)
+    for name, split in splits.items():
+        split.token_ids = np.asarray([i for toks in token_lists[name] for i in vocab.encode(toks)],
+                                     dtype=np.int32)
+    meta["tokenizer"] = tokenizer.kind
+    return Prepared(vocab=vocab, labels=labels, splits=splits, meta=meta)
+
+
+def _save(prepared: Prepared, path: Path) -> None:
+    """Write into a temporary sibling folder, then rename it into place in one step."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    try:
+        (tmp / "vocab.json").write_text(json.dumps(prepared.vocab.tokens, ensure_ascii=False))
+        (tmp / "labels.json").write_text(json.dumps(prepared.labels, ensure_ascii=False))
+        for name, split in prepared.splits.items():
+            split.save(tmp / f"{name}.npz")
+        (tmp / "meta.json").write_text(json.dumps(prepared.meta, ensure_ascii=False, indent=1))
+        try:
+            os.replace(tmp, path)
+        except OSError:  # another process finished the same cache first: theirs is as good
+            shutil.rmtree(tmp, ignore_errors=True)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(f"cannot write the preprocessing cache under {path.parent}: {exc}") from None
+
+
+def _load(path: Path) -> Prepared:
+    meta = json.loads((path / "meta.json").read_text())
+    splits = {name: Split.load(path / f"{name}.npz") for name in SPLITS
+              if (path / f"{name}.npz").is_file()}
+    return Prepared(vocab=Vocab(json.loads((path / "vocab.json").read_text())),
+                    labels=json.loads((path / "labels.json").read_text()),
+                    splits=splits, meta=meta, cache_path=path)

@@ -1,0 +1,279 @@
+"""CSV / JSONL readers and label files. Offsets are the truth; every problem names file:line:field."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from reltrain.data.schema import Entity, Record
+from reltrain.errors import DataError, UserError
+
+CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
+
+
+@dataclass
+class ReadResult:
+    records: list[Record]
+    skipped: list[str] = field(default_factory=list)  # one "file:line: why" per skipped row
+
+
+def read_text(path: str | Path) -> str:
+    """The whole file as UTF-8 (a BOM is allowed); other encodings are a user error."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DataError(str(path), line, None,
+                        f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
+    if not text.strip():
+        raise DataError(str(path), None, None, "empty file: no rows")
+    return text
+
+
+def read_records(path: str | Path, labels: list[str] | None = None, *,
+                 require_relation: bool = True, skip_bad_rows: bool = False) -> ReadResult:
+    """Read a .csv or .jsonl file into records, validating every row.
+
+    ``labels``: when given, a relation outside it is an error. With ``skip_bad_rows`` a bad row
+    is left out and its reason kept in ``ReadResult.skipped`` instead.
+    """
+    path = str(path)
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        rows = _csv_rows(path, require_relation)
+    elif suffix in (".jsonl", ".json", ".txt"):
+        rows = _jsonl_rows(path, require_relation)
+    else:
+        raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
+    known = set(labels) if labels is not None else None
+    result = ReadResult(records=[])
+    for build in rows:
+        try:
+            record = build()
+            if known is not None and record.relation is not None and record.relation not in known:
+                line = int(record.source.rsplit(":", 1)[1])
+                raise DataError(path, line, "relation",
+                                f"unknown relation '{record.relation}' (not in the label set: "
+                                f"{_preview(labels)})")
+        except DataError as exc:
+            if not skip_bad_rows:
+                raise
+            result.skipped.append(str(exc))
+            continue
+        result.records.append(record)
+    if not result.records:
+        raise DataError(path, None, None,
+                        "no usable rows" + (f" ({len(result.skipped)} skipped)" if result.skipped else ""))
+    return result
+
+
+def _preview(labels: list[str], limit: int = 8) -> str:
+    shown = ", ".join(labels[:limit])
+    return shown + (f", ... ({len(labels)} in all)" if len(labels) > limit else "")
+
+
+def _csv_rows(path: str, require_relation: bool) -> Iterator:
+    text = read_text(path)
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except csv.Error as exc:
+        raise DataError(path, 1, None, f"bad CSV header: {exc}") from None
+    required = [c for c in CSV_COLUMNS if require_relation or c != "relation"]
+    missing = [c for c in required if c not in header]
+    if missing:
+        unknown = [h for h in header if h not in CSV_COLUMNS and h not in ("head_type", "tail_type")]
+        hint = f"; unexpected column(s): {', '.join(unknown)}" if unknown else ""
+        raise DataError(path, 1, None, f"missing column(s) {', '.join(missing)}; expected "
+                        f"{','.join(CSV_COLUMNS)}{hint}")
+    if len(set(header)) != len(header):
+        dupes = [h for h, n in Counter(header).items() if n > 1]
+        raise DataError(path, 1, None, f"duplicate column(s): {', '.join(dupes)}")
+    col = {name: i for i, name in enumerate(header)}
+    line = 2
+    while True:
+        try:
+            values = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            err = DataError(path, line, None, f"bad CSV: {exc}")
+            line = reader.line_num + 1
+            yield _raiser(err)
+            continue
+        start, line = line, reader.line_num + 1
+        if not values or all(not v.strip() for v in values):
+            continue
+        yield lambda values=values, start=start: _csv_record(path, start, header, col, values,
+                                                            require_relation)
+
+
+def _raiser(exc: Exception):
+    def build():
+        raise exc
+    return build
+
+
+def _csv_record(path, line, header, col, values, require_relation) -> Record:
+    if len(values) != len(header):
+        raise DataError(path, line, None,
+                        f"{len(values)} fields but the header has {len(header)} (check quoting)")
+    get = lambda name: values[col[name]] if name in col else ""  # noqa: E731
+    text = get("sentence")
+    if not text.strip():
+        raise DataError(path, line, "sentence", "empty sentence")
+    head = _entity(path, line, text, "head", get("head"), _offset(path, line, "head_offset",
+                                                                   get("head_offset")),
+                   get("head_type").strip())
+    tail = _entity(path, line, text, "tail", get("tail"), _offset(path, line, "tail_offset",
+                                                                   get("tail_offset")),
+                   get("tail_type").strip())
+    relation = _relation(path, line, get("relation"), require_relation)
+    return _finish(path, line, text, head, tail, relation)
+
+
+def _offset(path, line, field_name, value) -> int:
+    value = value.strip()
+    if not value.isdigit():
+        raise DataError(path, line, field_name,
+                        f"expected a non-negative integer character offset, got '{value}'")
+    return int(value)
+
+
+def _entity(path, line, text, role, name, start, type_="") -> Entity:
+    if not name.strip():
+        raise DataError(path, line, role, "empty entity text")
+    end = start + len(name)
+    if end > len(text):
+        raise DataError(path, line, f"{role}_offset",
+                        f"{role} '{name}' at {start}..{end} lies outside the sentence "
+                        f"(length {len(text)})")
+    if text[start:end] != name:
+        raise DataError(path, line, f"{role}_offset",
+                        f"the text at {start}..{end} is '{text[start:end]}', not the {role} '{name}'")
+    return Entity(name=name, start=start, end=end, type=type_)
+
+
+def _relation(path, line, value, require_relation) -> str | None:
+    if value is None or not str(value).strip():
+        if require_relation:
+            raise DataError(path, line, "relation", "missing relation")
+        return None
+    if not isinstance(value, str):
+        raise DataError(path, line, "relation", f"expected a string, got {type(value).__name__}")
+    return value.strip()
+
+
+def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
+    if (head.start, head.end) == (tail.start, tail.end):
+        raise DataError(path, line, "tail", f"head and tail are the same span {head.start}..{head.end}")
+    return Record(text=text, head=head, tail=tail, relation=relation, source=f"{path}:{line}",
+                  tokens=tokens)
+
+
+def _jsonl_rows(path: str, require_relation: bool) -> Iterator:
+    text = read_text(path)
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if raw.strip():
+            yield lambda raw=raw, number=number: _jsonl_record(path, number, raw, require_relation)
+
+
+def _jsonl_record(path, line, raw, require_relation) -> Record:
+    try:
+        obj = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    if not isinstance(obj, dict):
+        raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+    relation = _relation(path, line, obj.get("relation"), require_relation)
+    tokens = None
+    if "text" in obj:
+        text = obj["text"]
+        if not isinstance(text, str) or not text.strip():
+            raise DataError(path, line, "text", "expected a non-empty string")
+    elif "token" in obj:
+        tokens = obj["token"]
+        if (not isinstance(tokens, list) or not tokens
+                or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens)):
+            raise DataError(path, line, "token", "expected a non-empty list of tokens without spaces")
+        tokens = tuple(tokens)
+        text = " ".join(tokens)
+    else:
+        raise DataError(path, line, None, "expected a 'text' or a 'token' field")
+    head = _json_entity(path, line, obj, "h", text, tokens)
+    tail = _json_entity(path, line, obj, "t", text, tokens)
+    return _finish(path, line, text, head, tail, relation, tokens)
+
+
+def _json_entity(path, line, obj, key, text, tokens) -> Entity:
+    ent = obj.get(key)
+    if not isinstance(ent, dict):
+        raise DataError(path, line, key, "expected an object with 'pos' ([start, end])")
+    pos = ent.get("pos")
+    if (not isinstance(pos, list) or len(pos) != 2
+            or not all(isinstance(p, int) and not isinstance(p, bool) for p in pos)):
+        raise DataError(path, line, f"{key}.pos", f"expected [start, end] integers, got {pos!r}")
+    start, end = pos
+    limit = len(tokens) if tokens is not None else len(text)
+    unit = "tokens" if tokens is not None else "characters"
+    if start < 0 or end <= start:
+        raise DataError(path, line, f"{key}.pos", f"expected 0 <= start < end, got {pos}")
+    if end > limit:
+        raise DataError(path, line, f"{key}.pos",
+                        f"{pos} lies outside the sentence ({limit} {unit})")
+    if tokens is not None:  # token positions -> character offsets into " ".join(tokens)
+        start_char = sum(len(t) + 1 for t in tokens[:start])
+        start, end = start_char, start_char + len(" ".join(tokens[pos[0]:end]))
+    span = text[start:end]
+    name = ent.get("name", span)
+    if not isinstance(name, str):
+        raise DataError(path, line, f"{key}.name", "expected a string")
+    if name != span and not (tokens is not None and name.replace(" ", "") == span.replace(" ", "")):
+        raise DataError(path, line, f"{key}.pos", f"the text at {pos} is '{span}', not '{name}'")
+    if not span.strip():
+        raise DataError(path, line, f"{key}.pos", "the entity span is blank")
+    type_ = ent.get("type", "")
+    return Entity(name=span, start=start, end=end, type=type_ if isinstance(type_, str) else "")
+
+
+def read_labels(path: str | Path) -> list[str]:
+    """``relation.csv`` (head_type,tail_type,relation,index), ordered by index; or one per line."""
+    path = str(path)
+    text = read_text(path)
+    first = text.splitlines()[0]
+    if Path(path).suffix.lower() == ".csv" and "relation" in [c.strip() for c in first.split(",")]:
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        by_index: dict[int, str] = {}
+        for number, row in enumerate(rows, start=2):
+            name = (row.get("relation") or "").strip()
+            raw_index = (row.get("index") or "").strip()
+            if not name:
+                raise DataError(path, number, "relation", "missing relation")
+            if raw_index and not raw_index.isdigit():
+                raise DataError(path, number, "index", f"expected a non-negative integer, got '{raw_index}'")
+            index = int(raw_index) if raw_index else len(by_index)
+            if index in by_index:
+                raise DataError(path, number, "index", f"index {index} used twice")
+            by_index[index] = name
+        labels = [by_index[i] for i in sorted(by_index)]
+    else:
+        labels = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    dupes = [name for name, n in Counter(labels).items() if n > 1]
+    if dupes:
+        raise DataError(path, None, None, f"relation(s) listed twice: {', '.join(dupes)}")
+    return labels
+
+
+def labels_from_records(records: Iterable[Record]) -> list[str]:
+    """Labels of a training file when no label file is given: sorted, so the order is stable."""
+    return sorted({r.relation for r in records if r.relation is not None})

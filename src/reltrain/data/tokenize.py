@@ -1,0 +1,110 @@
+"""Tokenizers with character offsets, entity token spans, and the window around the entities.
+
+The text is first cut at the entity boundaries and each piece is tokenized on its own, so a
+token never straddles an entity edge and token spans follow exactly from character offsets
+(also when the entity text occurs elsewhere in the sentence, or entities overlap).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from typing import Callable
+
+from reltrain.data.schema import Record
+
+Piece = tuple[str, int, int]  # token, start char, end char (exclusive)
+
+_WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+
+@dataclass(frozen=True)
+class Tokenized:
+    tokens: list[str]
+    head: tuple[int, int]  # token span, end exclusive
+    tail: tuple[int, int]
+    truncated: bool = False
+
+
+def _word_pieces(text: str) -> list[Piece]:
+    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+
+
+def _char_pieces(text: str) -> list[Piece]:
+    return [(c, i, i + 1) for i, c in enumerate(text) if not c.isspace()]
+
+
+def _jieba_pieces(text: str) -> list[Piece]:
+    import jieba  # imported lazily: it takes a second and logs on first use
+
+    jieba.setLogLevel(logging.WARNING)
+    return [(w, s, e) for w, s, e in jieba.tokenize(text) if w.strip()]
+
+
+_KINDS: dict[str, Callable[[str], list[Piece]]] = {
+    "word": _word_pieces, "char": _char_pieces, "jieba": _jieba_pieces,
+}
+
+
+class Tokenizer:
+    """Splits sentences into tokens; ``kind`` is word, char or jieba."""
+
+    def __init__(self, kind: str, lowercase: bool = False):
+        self.kind, self.lowercase = kind, lowercase
+        self._pieces = _KINDS[kind]
+
+    @classmethod
+    def from_config(cls, data_cfg) -> "Tokenizer":
+        kind = data_cfg.tokenizer
+        if kind == "auto":
+            kind = "jieba" if data_cfg.language == "zh" else "word"
+        return cls(kind, lowercase=data_cfg.lowercase and data_cfg.language == "en")
+
+    def pieces(self, text: str, cuts: set[int]) -> list[Piece]:
+        """Tokens of ``text``, never crossing a character position in ``cuts``."""
+        bounds = sorted({0, len(text), *cuts})
+        out: list[Piece] = []
+        for a, b in zip(bounds, bounds[1:]):
+            out.extend((tok, a + s, a + e) for tok, s, e in self._pieces(text[a:b]))
+        return out
+
+    def __call__(self, record: Record, max_len: int) -> Tokenized:
+        h, t = record.head, record.tail
+        if record.tokens is not None:  # pre-tokenised: keep the user's tokens
+            pieces, pos = [], 0
+            for tok in record.tokens:
+                pieces.append((tok, pos, pos + len(tok)))
+                pos += len(tok) + 1
+        else:
+            pieces = self.pieces(record.text, {h.start, h.end, t.start, t.end})
+        tokens = [p[0].lower() if self.lowercase else p[0] for p in pieces]
+        head = _token_span(pieces, h.start, h.end)
+        tail = _token_span(pieces, t.start, t.end)
+        return truncate(tokens, head, tail, max_len)
+
+
+def _token_span(pieces: list[Piece], start: int, end: int) -> tuple[int, int]:
+    inside = [i for i, (_, s, e) in enumerate(pieces) if s >= start and e <= end]
+    # Readers reject blank entities, and cuts at entity edges keep every piece inside or outside.
+    assert inside, f"entity {start}..{end} has no token"
+    return inside[0], inside[-1] + 1
+
+
+def truncate(tokens: list[str], head: tuple[int, int], tail: tuple[int, int],
+             max_len: int) -> Tokenized:
+    """Keep at most ``max_len`` tokens, centred on the entities and never cutting one.
+
+    If the two entities alone span more than ``max_len`` tokens, the span is kept whole.
+    """
+    if len(tokens) <= max_len:
+        return Tokenized(tokens, head, tail)
+    lo, hi = min(head[0], tail[0]), max(head[1], tail[1])
+    if hi - lo >= max_len:
+        start, stop = lo, hi
+    else:
+        start = max(0, lo - (max_len - (hi - lo)) // 2)
+        start = min(start, len(tokens) - max_len)
+        stop = start + max_len
+    shift = lambda span: (span[0] - start, span[1] - start)  # noqa: E731
+    return Tokenized(tokens[start:stop], shift(head), shift(tail), truncated=True)

@@ -1,0 +1,40 @@
+"""``reltrain evaluate``: the metrics of a checkpoint on a labelled file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from reltrain.config import DistConfig
+from reltrain.data.readers import read_records
+from reltrain.errors import UserError
+from reltrain.predict import Predictor
+from reltrain.training import distributed as D
+from reltrain.training.evaluation import evaluate
+
+
+def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
+                 batch_size: int = 256, skip_bad_rows: bool = False) -> dict:
+    """Score ``checkpoint`` on ``data`` and print the metrics as JSON (same keys as summary.json).
+
+        reltrain evaluate runs/x/checkpoints/best.pt test.csv
+        torchrun --nproc_per_node=2 -m reltrain evaluate runs/x/checkpoints/best.pt test.csv
+    """
+    ctx = D.setup(device, DistConfig())
+    try:
+        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device)
+        result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
+        metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
+                              predictor.labels)
+        metrics["skipped_rows"] = len(result.skipped)
+        if ctx.is_main:
+            text = json.dumps(metrics, indent=2, ensure_ascii=False)
+            if output:
+                try:
+                    Path(output).write_text(text + "\n", encoding="utf-8")
+                except OSError as exc:
+                    raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+            print(text, flush=True)
+        return metrics
+    finally:
+        D.teardown()

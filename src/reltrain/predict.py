@@ -1,0 +1,142 @@
+"""``reltrain predict`` and the Python API: a checkpoint that labels new sentences."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reltrain.config import Config, config_from_dict
+from reltrain.data.dataset import RelationDataset
+from reltrain.data.preprocess import encode_records
+from reltrain.data.readers import read_records
+from reltrain.data.schema import Entity, Record
+from reltrain.data.tokenize import Tokenizer
+from reltrain.data.vocab import Vocab
+from reltrain.errors import UserError
+from reltrain.models import build_model
+from reltrain.training import distributed as D
+from reltrain.training.checkpoint import load_checkpoint
+from reltrain.training.evaluation import eval_loader, predict_probs
+
+log = logging.getLogger("reltrain.predict")
+
+
+class Predictor:
+    """A trained model with its vocabulary, labels and tokenizer.
+
+    >>> p = reltrain.load("runs/x/checkpoints/best.pt")
+    >>> p.predict_text("Alice Moreau was born in Dunmore .", head="Alice Moreau", tail="Dunmore")
+    """
+
+    def __init__(self, model: torch.nn.Module, config: Config, vocab: Vocab, labels: list[str],
+                 device: torch.device):
+        self.model, self.config, self.vocab, self.labels = model.eval(), config, vocab, labels
+        self.device = device
+        self.tokenizer = Tokenizer.from_config(config.data)
+        self.label_index = {name: i for i, name in enumerate(labels)}
+
+    @classmethod
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
+        device = torch.device(device) if isinstance(device, str) and device != "auto" else (
+            D.resolve_device("auto") if device == "auto" else device)
+        payload = load_checkpoint(path, map_location="cpu")
+        config = config_from_dict(payload["config"])
+        vocab, labels = Vocab(payload["vocab"]), list(payload["labels"])
+        model = build_model(config.model, len(vocab), len(labels), config.data.pos_limit)
+        try:
+            model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
+        except RuntimeError as exc:
+            raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
+                            f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
+        return cls(model.to(device), config, vocab, labels, device)
+
+    def dataset(self, records: list[Record]) -> RelationDataset:
+        split, _, _ = encode_records(records, self.tokenizer, self.vocab, self.label_index,
+                                     self.config.data.max_len)
+        return RelationDataset(split, self.config.data.pos_limit)
+
+    def probabilities(self, records: list[Record], batch_size: int = 256,
+                      progress: bool = False) -> np.ndarray:
+        """(N, C) probabilities, in the order of ``records``."""
+        data = self.dataset(records)
+        return predict_probs(self.model, eval_loader(data, batch_size), len(data), progress,
+                             desc="predict")
+
+    def predict(self, records: list[Record], top_k: int = 3, batch_size: int = 256,
+                progress: bool = False) -> list[dict]:
+        probs = self.probabilities(records, batch_size, progress)
+        return [self._result(rec, p, top_k) for rec, p in zip(records, probs)]
+
+    def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
+                     tail_offset: int | None = None, top_k: int = 3) -> dict:
+        record = make_record(text, head, tail, head_offset, tail_offset)
+        return self.predict([record], top_k)[0]
+
+    def _result(self, rec: Record, probs: np.ndarray, top_k: int) -> dict:
+        order = np.argsort(-probs, kind="stable")[:max(top_k, 1)]
+        out = {"text": rec.text,
+               "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
+               "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
+               "relation": self.labels[order[0]], "score": float(probs[order[0]]),
+               "top_k": [{"relation": self.labels[i], "score": float(probs[i])} for i in order]}
+        if rec.relation is not None:
+            out["gold"] = rec.relation
+        return out
+
+
+def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
+                tail_offset: int | None = None) -> Record:
+    """A record from a sentence and entity strings; without an offset the first occurrence is used."""
+    def locate(role: str, name: str, offset: int | None) -> Entity:
+        if not name or not name.strip():
+            raise UserError(f"--{role}: empty entity")
+        if offset is None:
+            offset = text.find(name)
+            if offset < 0:
+                raise UserError(f"--{role} '{name}' does not occur in the text")
+        if offset < 0 or text[offset:offset + len(name)] != name:
+            raise UserError(f"--{role}-offset {offset}: the text there is "
+                            f"'{text[offset:offset + len(name)]}', not '{name}'")
+        return Entity(name, offset, offset + len(name))
+
+    if not text.strip():
+        raise UserError("--text is empty")
+    h, t = locate("head", head, head_offset), locate("tail", tail, tail_offset)
+    if (h.start, h.end) == (t.start, t.end):
+        raise UserError("head and tail are the same span; give --head-offset / --tail-offset")
+    return Record(text=text, head=h, tail=t, relation=None, source="<command line>")
+
+
+def run_predict(checkpoint: str, data: str | None = None, text: str | None = None,
+                head: str | None = None, tail: str | None = None, head_offset: int | None = None,
+                tail_offset: int | None = None, output: str | None = None, top_k: int = 3,
+                device: str = "cpu", skip_bad_rows: bool = False) -> list[dict]:
+    """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
+
+        reltrain predict runs/x/checkpoints/best.pt new.csv --output predictions.jsonl
+        reltrain predict runs/x/checkpoints/best.pt --text "..." --head A --tail B
+    """
+    predictor = Predictor.from_checkpoint(checkpoint, device=device)
+    if data is not None:
+        result = read_records(data, None, require_relation=False, skip_bad_rows=skip_bad_rows)
+        if result.skipped:
+            log.warning("skipped %d bad row(s) in %s", len(result.skipped), data)
+        records = result.records
+    else:
+        if text is None or head is None or tail is None:
+            raise UserError("give a DATA file, or --text with --head and --tail")
+        records = [make_record(text, head, tail, head_offset, tail_offset)]
+    results = predictor.predict(records, top_k=top_k)
+    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
+    if output:
+        try:
+            Path(output).write_text(lines, encoding="utf-8")
+        except OSError as exc:
+            raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+    else:
+        print(lines, end="", flush=True)
+    return results

@@ -1,0 +1,30 @@
+"""``reltrain preprocess``: build (or confirm) the preprocessing cache and report it."""
+
+from __future__ import annotations
+
+from reltrain.config import Config
+from reltrain.data.preprocess import prepare
+from reltrain.examples import use_example_data
+from reltrain.logs import progress_enabled, setup_logging
+
+
+def run_preprocess(cfg: Config) -> dict:
+    """Tokenize, index and cache the configured files; prints what was cached and where.
+
+        reltrain preprocess data.train=train.csv data.valid=valid.csv data.language=zh
+    """
+    setup_logging(True)
+    use_example_data(cfg.data)
+    prepared = prepare(cfg.data, progress_enabled(cfg.log.progress, True))
+    meta = prepared.meta
+    info = {"cache": str(prepared.cache_path), "reused": prepared.reused, "rows": meta["rows"],
+            "skipped": {k: len(v) for k, v in meta["skipped"].items()},
+            "truncated": meta["truncated"], "vocab_size": len(prepared.vocab),
+            "relations": len(prepared.labels), "tokenizer": meta["tokenizer"]}
+    for split, reasons in meta["skipped"].items():
+        for reason in reasons[:20]:
+            print(f"skipped ({split}): {reason}")
+    state = "reused" if prepared.reused else "built"
+    print(f"{state} {info['cache']}: " + ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
+          + f" rows; vocabulary {info['vocab_size']}; {info['relations']} relations")
+    return info

@@ -1,0 +1,182 @@
+"""``reltrain train``: preprocess, train, select on valid, score the best checkpoint on test."""
+
+from __future__ import annotations
+
+import json
+import logging
+import statistics
+import time
+from pathlib import Path
+
+import torch
+from torch.utils.data import DataLoader
+
+from reltrain.config import Config, to_dict
+from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
+from reltrain.data.preprocess import Prepared, prepare
+from reltrain.examples import use_example_data
+from reltrain.logs import add_file_log, progress_enabled, setup_logging
+from reltrain.models import build_model
+from reltrain.training import distributed as D
+from reltrain.training.callbacks import build_callbacks
+from reltrain.training.checkpoint import Checkpointer, seed_everything
+from reltrain.training.evaluation import evaluate
+from reltrain.training.metrics import confusion, format_report
+from reltrain.training.optim import build_loss, build_optimizer, build_scheduler
+from reltrain.training.trainer import Trainer, TrainState
+
+log = logging.getLogger("reltrain.train")
+
+
+def run_train(cfg: Config) -> dict:
+    """Train one model and return the summary (also written to ``summary.json``).
+
+    One device:   reltrain train data.train=train.csv data.valid=valid.csv data.test=test.csv
+    Many (DDP):   torchrun --standalone --nproc_per_node=4 -m reltrain train data.train=...
+    """
+    ctx = D.setup(cfg.device, cfg.dist)
+    try:
+        setup_logging(ctx.is_main)
+        if use_example_data(cfg.data):
+            log.info("no data.train given: training on the bundled English example")
+        seed_everything(cfg.train.seed)
+        run_dir = Path(D.broadcast_object(_new_run_dir(cfg) if ctx.is_main else None))
+        progress = progress_enabled(cfg.log.progress, ctx.is_main)
+        with D.main_first():  # rank 0 fills the cache; the others then read it
+            prepared = prepare(cfg.data, progress)
+        if ctx.is_main:
+            _start_run_dir(run_dir, cfg)
+            _describe(cfg, ctx, prepared)
+        return _fit_and_test(cfg, ctx, prepared, run_dir, progress)
+    finally:
+        D.teardown()
+
+
+def _new_run_dir(cfg: Config) -> str:
+    if cfg.output_dir:
+        return cfg.output_dir
+    return str(Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}")
+
+
+def _start_run_dir(run_dir: Path, cfg: Config) -> None:
+    from omegaconf import OmegaConf
+
+    try:
+        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        (run_dir / "metrics.jsonl").write_text("")
+    except OSError as exc:
+        from reltrain.errors import UserError
+
+        raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
+    add_file_log(run_dir / "train.log")
+
+
+def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
+    cuda = f"yes, {torch.cuda.device_count()} GPU(s)" if torch.cuda.is_available() else "no"
+    log.info("device %s (CUDA available: %s), strategy %s, world size %d, %d CPU thread(s) per process",
+             ctx.device, cuda, ctx.strategy, ctx.world_size, torch.get_num_threads())
+    log.info("batch size %d per process, global batch %d", cfg.train.batch_size,
+             cfg.train.batch_size * ctx.world_size)
+    meta = prepared.meta
+    rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
+    log.info("data: %s rows; %d relations; vocabulary %d (min_freq %d); tokenizer %s; cache %s%s",
+             rows, len(prepared.labels), len(prepared.vocab), cfg.data.min_freq, meta["tokenizer"],
+             prepared.cache_path, " (reused)" if prepared.reused else "")
+    for split, reasons in meta["skipped"].items():
+        if reasons:
+            log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
+                        "\n  ".join(reasons[:5]))
+    cut = {k: v for k, v in meta["truncated"].items() if v}
+    if cut:
+        log.info("sentences cut to data.max_len=%d around the entities: %s", cfg.data.max_len, cut)
+
+
+def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
+                  progress: bool) -> dict:
+    pos_limit = cfg.data.pos_limit
+    sets = {name: RelationDataset(split, pos_limit) for name, split in prepared.splits.items()}
+    sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
+                                ctx.rank, ctx.world_size, bucket=cfg.data.bucket)
+    on_cuda = ctx.device.type == "cuda"
+    loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
+                        num_workers=cfg.data.num_workers, pin_memory=on_cuda,
+                        persistent_workers=cfg.data.num_workers > 0)
+    model = build_model(cfg.model, len(prepared.vocab), len(prepared.labels), pos_limit)
+    model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
+    optimizer = build_optimizer(model, cfg.train)
+    scheduler = build_scheduler(optimizer, cfg.train)
+    loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
+    static = {"config": to_dict(cfg), "vocab": prepared.vocab.tokens, "labels": prepared.labels,
+              "world_size": ctx.world_size}
+    checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler,
+                                ctx.is_main)
+    callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
+    trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
+                      prepared.labels, cfg.train, checkpointer, callbacks, progress)
+    try:
+        state = trainer.fit(TrainState())
+    finally:
+        for cb in callbacks:
+            cb.close()
+    summary = _summary(cfg, ctx, state, run_dir, prepared)
+    if "test" in sets:
+        # Every rank loads the same best weights (kept in memory, so node-local run dirs work).
+        D.unwrap(model).load_state_dict(trainer.best_weights)
+        metrics, pred = evaluate(D.unwrap(model), sets["test"], cfg.train.eval_batch_size,
+                                 prepared.labels, progress, desc="test")
+        summary["test"] = metrics
+        if ctx.is_main and cfg.log.plots:
+            from reltrain.training.plots import plot_confusion
+
+            matrix = confusion(sets["test"].split.labels, pred, len(prepared.labels))
+            plot_confusion(matrix, prepared.labels, run_dir / "plots" / "confusion_test.png",
+                           f"Test confusion (best epoch {state.best['epoch']})")
+    if ctx.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+        _print_summary(summary)
+    D.barrier()
+    return summary
+
+
+def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
+             prepared: Prepared) -> dict:
+    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+               if line.strip()] if ctx.is_main else []
+    speeds = [r["train_sent_per_s"] for r in history[1:]] or [r["train_sent_per_s"] for r in history]
+    return {
+        "run_dir": str(run_dir),
+        "best": state.best,
+        "best_by_metric": state.best_by_metric,
+        "epochs_run": state.epoch - 1,
+        "stopped_early": state.stopped_early,
+        "world_size": ctx.world_size,
+        "batch_size": cfg.train.batch_size,
+        "global_batch_size": cfg.train.batch_size * ctx.world_size,
+        "strategy": ctx.strategy,
+        "device": str(ctx.device),
+        "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
+        "data": {"rows": prepared.meta["rows"], "relations": len(prepared.labels),
+                 "vocab_size": len(prepared.vocab),
+                 "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()}},
+        "checkpoints": {"best": str(run_dir / "checkpoints" / "best.pt"),
+                        "last": str(run_dir / "checkpoints" / "last.pt")},
+    }
+
+
+def _print_summary(summary: dict) -> None:
+    best = summary["best"]
+    lines = [f"run directory: {summary['run_dir']}"]
+    if best and best["metric"]:
+        lines.append(f"best checkpoint: epoch {best['epoch']} by valid {best['metric']} "
+                     f"{best['value']:.4f}")
+        for name in ("macro_f1", "micro_f1"):
+            b = summary["best_by_metric"][name]
+            lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
+    if "test" in summary:
+        t = summary["test"]
+        lines.append(format_report(t))
+        lines.append(f"test (best checkpoint): macro-F1 {t['macro_f1']:.4f}  micro-F1 "
+                     f"{t['micro_f1']:.4f}  macro-P {t['macro_precision']:.4f}  macro-R "
+                     f"{t['macro_recall']:.4f}")
+    print("\n".join(lines), flush=True)

@@ -1,0 +1,1 @@
+"""Training machinery: the rank-aware module, trainer, checkpoints, optimisers, metrics, callbacks."""

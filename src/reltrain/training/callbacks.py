@@ -1,0 +1,102 @@
+"""Side effects at the end of each epoch. Only global rank 0 creates any of these."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class Callback:
+    def on_epoch_end(self, record: dict, state) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class EpochLine(Callback):
+    """One readable line per epoch in the log."""
+
+    def __init__(self, epochs: int, metric: str):
+        self.epochs, self.metric = epochs, metric
+
+    def on_epoch_end(self, record, state):
+        parts = [f"epoch {record['epoch']}/{self.epochs}", f"loss {record['train_loss']:.4f}"]
+        if "valid" in record:
+            v = record["valid"]
+            parts += [f"valid macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
+        parts += [f"lr {record['lr']:.2g}", f"{record['train_sent_per_s']:.0f} sent/s"]
+        if record.get("best"):
+            parts.append(f"* best {self.metric}")
+        log.info("  ".join(parts))
+
+
+class MetricsLog(Callback):
+    """``metrics.jsonl``: one JSON object per epoch, appended as soon as the epoch ends."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def on_epoch_end(self, record, state):
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+
+
+class CurvePlots(Callback):
+    """``plots/loss.png`` and ``plots/f1.png``, redrawn each epoch from the history so far."""
+
+    def __init__(self, directory: Path):
+        self.directory, self.history = directory, []
+
+    def on_epoch_end(self, record, state):
+        from reltrain.training.plots import plot_curves
+
+        self.history.append(record)
+        plot_curves(self.history, self.directory)
+
+
+class TensorBoardLog(Callback):
+    def __init__(self, directory: Path):
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(directory))
+
+    def on_epoch_end(self, record, state):
+        epoch = record["epoch"]
+        self.writer.add_scalar("train/loss", record["train_loss"], epoch)
+        self.writer.add_scalar("train/lr", record["lr"], epoch)
+        self.writer.add_scalar("train/sent_per_s", record["train_sent_per_s"], epoch)
+        for key in ("macro_f1", "micro_f1", "macro_precision", "macro_recall"):
+            if "valid" in record:
+                self.writer.add_scalar(f"valid/{key}", record["valid"][key], epoch)
+        self.writer.flush()
+
+    def close(self):
+        self.writer.close()
+
+
+def tensorboard_available() -> bool:
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def build_callbacks(run_dir: Path, cfg) -> list[Callback]:
+    callbacks: list[Callback] = [EpochLine(cfg.train.epochs, cfg.train.select_metric),
+                                 MetricsLog(run_dir / "metrics.jsonl")]
+    if cfg.log.plots:
+        callbacks.append(CurvePlots(run_dir / "plots"))
+    want_tb = cfg.log.tensorboard
+    if want_tb == "true" or (want_tb == "auto" and tensorboard_available()):
+        if not tensorboard_available():
+            from reltrain.errors import UserError
+
+            raise UserError("log.tensorboard=true but tensorboard is not installed: "
+                            "pip install 'reltrain[tensorboard]'")
+        callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
+    return callbacks

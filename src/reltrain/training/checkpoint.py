@@ -1,0 +1,131 @@
+"""Self-contained checkpoints: written atomically by one process, loaded safely by any.
+
+Everything inside is a tensor or plain Python data, so ``torch.load(weights_only=True)`` reads
+it and a checkpoint from a stranger cannot run code.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from reltrain.errors import UserError
+
+FORMAT = "reltrain-checkpoint"
+VERSION = 1
+
+
+def save_checkpoint(path: str | Path, payload: dict, sidecar: dict | None = None) -> None:
+    """Write ``payload`` to a temporary file beside ``path``, fsync it, then rename into place.
+
+    A crash mid-write leaves the previous file untouched. ``sidecar`` goes to ``path.json``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {"format": FORMAT, "version": VERSION, **payload}
+    _atomic_write(path, lambda f: torch.save(payload, f))
+    if sidecar is not None:
+        text = json.dumps(sidecar, indent=2, ensure_ascii=False).encode()
+        _atomic_write(path.with_suffix(path.suffix + ".json"), lambda f: f.write(text))
+
+
+def _atomic_write(path: Path, write) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
+    """Read a reltrain checkpoint with ``weights_only=True``; a bad file is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"{path}: not a readable reltrain checkpoint ({reason[:200]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise UserError(f"{path}: not a reltrain checkpoint")
+    if payload.get("version", 0) > VERSION:
+        raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
+    return payload
+
+
+def capture_rng() -> dict:
+    """RNG states as tensors and lists, so they survive ``weights_only`` loading."""
+    np_state = np.random.get_state()
+    state = {
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+        "numpy": {"keys": torch.from_numpy(np_state[1].astype(np.int64)), "pos": int(np_state[2]),
+                  "has_gauss": int(np_state[3]), "gauss": float(np_state[4])},
+        "torch": torch.get_rng_state(),
+    }
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng(state: dict) -> None:
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))
+    n = state["numpy"]
+    np.random.set_state(("MT19937", n["keys"].numpy().astype(np.uint32), n["pos"], n["has_gauss"],
+                         n["gauss"]))
+    torch.set_rng_state(state["torch"])
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+class Checkpointer:
+    """Writes ``last.pt`` (and ``best.pt`` when asked) from global rank 0 only.
+
+    ``static`` holds what never changes during a run (config, vocabulary, labels); the rest is
+    read from the live objects at save time: the unwrapped model, optimizer and scheduler.
+    """
+
+    def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
+                 is_main: bool = True):
+        self.directory = Path(directory)
+        self.static, self.model = static, model
+        self.optimizer, self.scheduler, self.is_main = optimizer, scheduler, is_main
+
+    def payload(self, state: dict) -> dict:
+        from reltrain.training.distributed import unwrap
+
+        return {**self.static, "model": unwrap(self.model).state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "state": state, "rng": capture_rng()}
+
+    def save(self, state: dict, best: bool, summary: dict) -> None:
+        if not self.is_main:
+            return
+        last = self.directory / "last.pt"
+        save_checkpoint(last, self.payload(state), summary)
+        if best:
+            for suffix in ("", ".json"):
+                src, dst = Path(str(last) + suffix), Path(str(self.directory / "best.pt") + suffix)
+                _atomic_write(dst, lambda f, src=src: f.write(src.read_bytes()))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch (all devices) alike on every rank."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

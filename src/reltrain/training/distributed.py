@@ -1,0 +1,212 @@
+"""The only module that talks to torch.distributed or reads the launcher's environment.
+
+One code path for world size 1 and N: every helper here is a no-op (or the identity) when the
+job runs in a single process, so the trainer never asks "am I distributed?".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+
+from reltrain.errors import UserError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class DistContext:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    strategy: str = "single"  # single, ddp or dp
+    backend: str | None = None
+    dp_devices: list[int] = field(default_factory=list)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+_ctx = DistContext()
+
+
+def context() -> DistContext:
+    return _ctx
+
+
+def is_main() -> bool:
+    return _ctx.rank == 0
+
+
+def launched_by_torchrun() -> bool:
+    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+
+
+def _env_int(name: str, default: int) -> int:
+    value = os.environ.get(name, "")
+    return int(value) if value.strip().isdigit() else default
+
+
+def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> torch.device:
+    """``auto`` picks CUDA when present; under DDP each rank takes the GPU of its LOCAL_RANK."""
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise UserError(f"device={name} but CUDA is not available "
+                        f"(torch {torch.__version__}, CUDA build: {torch.version.cuda or 'no'})")
+    if per_rank:
+        return torch.device("cuda", local_rank)
+    index = int(name.split(":")[1]) if ":" in name else 0
+    if index >= torch.cuda.device_count():
+        raise UserError(f"device={name} but only {torch.cuda.device_count()} GPU(s) are visible")
+    return torch.device("cuda", index)
+
+
+def setup(device: str, dist_cfg) -> DistContext:
+    """Read RANK/LOCAL_RANK/WORLD_SIZE, pick the device and, under a launcher, join the group."""
+    global _ctx
+    launched = launched_by_torchrun()
+    rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
+    world_size = _env_int("WORLD_SIZE", 1)
+    strategy = dist_cfg.strategy
+    if strategy == "auto":
+        strategy = "ddp" if launched else "single"
+    if strategy == "ddp" and not launched:
+        raise UserError("dist.strategy=ddp needs a launcher: use torchrun, or devices=N")
+    if launched and world_size > 1 and strategy != "ddp":
+        raise UserError(f"started by a launcher with WORLD_SIZE={world_size}, but dist.strategy="
+                        f"{strategy}; use dist.strategy=ddp (or auto)")
+    dev = resolve_device(device, local_rank, per_rank=strategy == "ddp")
+    ctx = DistContext(rank=rank, local_rank=local_rank, world_size=world_size, device=dev,
+                      strategy=strategy)
+    if strategy == "ddp":
+        if dev.type == "cuda":
+            torch.cuda.set_device(dev)  # before any CUDA work, so NCCL binds the right GPU
+        backend = dist_cfg.backend if dist_cfg.backend != "auto" else (
+            "nccl" if dev.type == "cuda" else "gloo")
+        if backend == "nccl" and dev.type != "cuda":
+            raise UserError("dist.backend=nccl needs CUDA devices; use gloo on CPU")
+        if not dist.is_initialized():
+            dist.init_process_group(backend=backend, timeout=timedelta(seconds=dist_cfg.timeout_s))
+        ctx.backend = backend
+    elif strategy == "dp":
+        ctx.dp_devices = _dp_devices(dev, list(dist_cfg.dp_devices))
+    _ctx = ctx
+    return ctx
+
+
+def _dp_devices(dev: torch.device, wanted: list[int]) -> list[int]:
+    if dev.type != "cuda":
+        log.warning("dist.strategy=dp needs GPUs and none is in use: training on one device (%s)", dev)
+        return []
+    ids = wanted or list(range(torch.cuda.device_count()))
+    bad = [i for i in ids if i >= torch.cuda.device_count()]
+    if bad:
+        raise UserError(f"dist.dp_devices names GPU(s) {bad}, but {torch.cuda.device_count()} are visible")
+    return ids
+
+
+def teardown() -> None:
+    global _ctx
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+    _ctx = DistContext()
+
+
+def barrier() -> None:
+    if _ctx.strategy == "ddp":
+        dist.barrier()
+
+
+def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = False) -> nn.Module:
+    """Move to the device and wrap for the strategy. Load weights *before* calling this."""
+    model = model.to(ctx.device)
+    if ctx.strategy == "ddp":
+        ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                   find_unused_parameters=find_unused_parameters)
+    if ctx.strategy == "dp" and ctx.dp_devices:
+        return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
+    return model
+
+
+def unwrap(model: nn.Module) -> nn.Module:
+    """The plain model under DDP / DataParallel / torch.compile wrappers."""
+    while True:
+        if isinstance(model, (nn.parallel.DistributedDataParallel, nn.DataParallel)):
+            model = model.module
+        elif hasattr(model, "_orig_mod"):
+            model = model._orig_mod
+        else:
+            return model
+
+
+def strip_wrapper_prefixes(state_dict: dict) -> dict:
+    """Keys as the plain model names them, whatever wrapped the model that saved them."""
+    out = {}
+    for key, value in state_dict.items():
+        while key.startswith(("module.", "_orig_mod.")):
+            key = key.split(".", 1)[1]
+        out[key] = value
+    return out
+
+
+def all_gather_objects(obj) -> list:
+    """Every rank's ``obj``, in rank order, on every rank."""
+    if _ctx.strategy != "ddp":
+        return [obj]
+    out = [None] * _ctx.world_size
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def broadcast_object(obj):
+    """Rank 0's ``obj`` on every rank."""
+    if _ctx.strategy != "ddp":
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def mean_over_ranks(value: float) -> float:
+    if _ctx.strategy != "ddp":
+        return value
+    t = torch.tensor([value], dtype=torch.float64,
+                     device=_ctx.device if _ctx.backend == "nccl" else "cpu")
+    dist.all_reduce(t)
+    return float(t.item()) / _ctx.world_size
+
+
+@contextmanager
+def main_first():
+    """Rank 0 runs the body first (e.g. fills a cache); then the others run it.
+
+    If rank 0 fails, the others raise too instead of waiting at the barrier until the timeout.
+    """
+    if _ctx.strategy != "ddp":
+        yield
+        return
+    failure = None
+    if is_main():
+        try:
+            yield
+        except BaseException as exc:
+            failure = exc
+        status = broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
+        if failure is not None:
+            raise failure
+        return
+    status = broadcast_object(None)
+    if status is not None:
+        raise UserError(f"rank 0 failed: {status}")
+    yield

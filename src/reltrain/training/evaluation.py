@@ -1,0 +1,59 @@
+"""Exact evaluation under any world size: each rank scores its batches, predictions are
+gathered with their dataset indices and every example is counted exactly once."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn as nn
+from torch.utils.data import DataLoader
+
+from reltrain.data.dataset import EvalBatchSampler, RelationDataset, collate_batch
+from reltrain.training import distributed as D
+from reltrain.training.metrics import compute_metrics
+
+
+def eval_loader(dataset: RelationDataset, batch_size: int, pin_memory: bool = False) -> DataLoader:
+    ctx = D.context()
+    sampler = EvalBatchSampler(dataset.lengths, batch_size, ctx.rank, ctx.world_size)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch, pin_memory=pin_memory)
+
+
+@torch.no_grad()
+def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, progress: bool = False,
+                  desc: str = "eval") -> np.ndarray:
+    """(N, C) class probabilities for the whole split, on every rank.
+
+    ``model`` should be the unwrapped model: ranks may hold different numbers of batches, and a
+    DDP forward would wait for a collective the other ranks never join.
+    """
+    from tqdm.auto import tqdm
+
+    ctx = D.context()
+    was_training = model.training
+    model.eval()
+    indices, probs = [], []
+    for batch in tqdm(loader, desc=desc, disable=not progress, unit="batch", leave=False):
+        batch = batch.to(ctx.device, non_blocking=True)
+        logits = model(**batch.inputs())  # (B, C)
+        probs.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
+        indices.append(batch.index.cpu().numpy())
+    model.train(was_training)
+    local = (np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64),
+             np.concatenate(probs) if probs else None)
+    parts = D.all_gather_objects(local)
+    all_idx = np.concatenate([p[0] for p in parts])
+    all_probs = np.concatenate([p[1] for p in parts if p[1] is not None])
+    # Each example must come back exactly once; duplicates are dropped by keeping the first.
+    uniq, first = np.unique(all_idx, return_index=True)
+    assert len(uniq) == num_examples and uniq[-1] == num_examples - 1, "an example went missing"
+    return all_probs[first]
+
+
+def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],
+             progress: bool = False, desc: str = "eval") -> tuple[dict, np.ndarray]:
+    """Metrics of ``model`` on a labelled split, identical on every rank; also the predictions."""
+    probs = predict_probs(model, eval_loader(dataset, batch_size, D.context().device.type == "cuda"),
+                          len(dataset), progress, desc)
+    pred = probs.argmax(axis=1)
+    return compute_metrics(dataset.split.labels, pred, labels), pred

@@ -1,0 +1,116 @@
+"""The training loop. The Trainer receives built objects and builds none."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn as nn
+
+from reltrain.training import distributed as D
+from reltrain.training.evaluation import evaluate
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainState:
+    """Everything about progress that a resumed run needs; saved in every checkpoint."""
+
+    epoch: int = 1  # the next epoch to run
+    step: int = 0  # optimizer steps taken
+    best: dict | None = None  # {"metric", "value", "epoch", "valid"} of the selection metric
+    best_by_metric: dict = field(default_factory=dict)  # each metric's own best and its epoch
+    bad_epochs: int = 0  # epochs since the selection metric last improved
+    stopped_early: bool = False
+
+
+class Trainer:
+    def __init__(self, model: nn.Module, optimizer, scheduler, loss_fn: nn.Module, train_loader,
+                 valid_set, labels: list[str], train_cfg, checkpointer, callbacks=(),
+                 progress: bool = False):
+        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+        self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
+        self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
+        self.callbacks, self.progress = list(callbacks), progress
+        self.ctx = D.context()
+        self.best_weights: dict | None = None  # CPU copy of the best model, on every rank
+
+    def fit(self, state: TrainState) -> TrainState:
+        for epoch in range(state.epoch, self.cfg.epochs + 1):
+            record = self._run_epoch(epoch, state)
+            improved = self._validate(epoch, state, record)
+            if improved:
+                self.best_weights = {k: v.detach().to("cpu", copy=True)
+                                     for k, v in D.unwrap(self.model).state_dict().items()}
+            state.epoch = epoch + 1
+            stop = bool(self.cfg.early_stopping) and state.bad_epochs >= self.cfg.early_stopping
+            state.stopped_early = stop and epoch < self.cfg.epochs
+            self.checkpointer.save(asdict(state), best=improved, summary=record)
+            for cb in self.callbacks:
+                cb.on_epoch_end(record, state)
+            if stop:
+                log.info("early stopping: %s has not improved for %d epochs",
+                         self.cfg.select_metric, state.bad_epochs)
+                break
+        return state
+
+    def _run_epoch(self, epoch: int, state: TrainState) -> dict:
+        from tqdm.auto import tqdm
+
+        self.model.train()
+        self.train_loader.batch_sampler.set_epoch(epoch)
+        total, examples, start = torch.zeros((), device=self.ctx.device), 0, time.perf_counter()
+        bar = tqdm(self.train_loader, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch",
+                   disable=not self.progress, leave=False)
+        for i, batch in enumerate(bar, start=1):
+            loss = self._run_batch(batch.to(self.ctx.device, non_blocking=True))
+            total += loss * len(batch)
+            examples += len(batch)
+            state.step += 1
+            if self.progress and i % 10 == 0:
+                bar.set_postfix(loss=f"{total.item() / examples:.4f}")
+        seconds = time.perf_counter() - start
+        loss = D.mean_over_ranks(total.item() / max(examples, 1))
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"training loss became {loss} in epoch {epoch}; lower train.lr")
+        return {"epoch": epoch, "train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
+                "step": state.step, "train_seconds": seconds,
+                "train_sent_per_s": examples * self.ctx.world_size / seconds}
+
+    def _run_batch(self, batch) -> torch.Tensor:
+        logits = self.model(**batch.inputs())  # (B, C)
+        loss = self.loss_fn(logits, batch.label)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.cfg.grad_clip:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        return loss.detach()
+
+    def _validate(self, epoch: int, state: TrainState, record: dict) -> bool:
+        """Score the validation split; update bests and the LR. True if best.pt should change."""
+        if self.valid_set is None:  # nothing to select on: the latest epoch is the best one
+            state.best = {"metric": None, "value": None, "epoch": epoch, "valid": None}
+            return True
+        metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
+                              self.labels, self.progress, desc="valid")
+        record["valid"] = metrics
+        for name in ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy"):
+            old = state.best_by_metric.get(name)
+            if old is None or metrics[name] > old["value"]:
+                state.best_by_metric[name] = {"value": metrics[name], "epoch": epoch}
+        key = self.cfg.select_metric
+        value = metrics[key]
+        improved = state.best is None or value > state.best["value"]
+        if improved:
+            state.best = {"metric": key, "value": value, "epoch": epoch, "valid": metrics}
+            state.bad_epochs = 0
+        else:
+            state.bad_epochs += 1
+        self.scheduler.step(value)
+        record["best"] = improved
+        return improved
