@@ -114,7 +114,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
-        raise UserError(f"bad option: {_first_line(exc)}") from None
+        raise UserError(_option_error(exc)) from None
     except Exception as exc:  # YAML syntax errors come from PyYAML
         if type(exc).__module__.startswith("yaml"):
             raise UserError(f"{path}: not valid YAML/JSON: {_first_line(exc)}") from None
@@ -136,6 +136,16 @@ def config_from_dict(data: dict) -> Config:
 
 def to_dict(cfg: Config) -> dict[str, Any]:
     return dataclasses.asdict(cfg)
+
+
+def _option_error(exc) -> str:
+    from omegaconf.errors import ConfigAttributeError, ConfigKeyError
+
+    key = getattr(exc, "full_key", None)
+    if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and key:
+        return f"bad option: unknown key '{key}' (see 'reltrain train --help')"
+    where = f"{key}: " if key else ""
+    return f"bad option: {where}{_first_line(exc)}"
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,0 +1,56 @@
+import ast
+from pathlib import Path
+
+import pytest
+import torch
+
+from reltrain.config import ModelConfig
+from reltrain.data.dataset import RelationDataset
+from reltrain.errors import UserError
+from reltrain.models import build_model, model_names
+
+from test_dataset import make_split
+
+MODELS_DIR = Path(__file__).resolve().parents[1] / "src" / "reltrain" / "models"
+
+
+def test_model_code_never_touches_distribution():
+    for path in MODELS_DIR.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            assert not any(n.startswith("torch.distributed") for n in names), path
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                assert node.value not in ("RANK", "LOCAL_RANK", "WORLD_SIZE"), path
+
+
+@pytest.mark.parametrize("name", ["cnn", "pcnn"])
+def test_forward_shape_and_padding_invariance(name):
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, dropout=0.0), vocab_size=50, num_labels=4,
+                        pos_limit=5).eval()
+    split = make_split([6, 3], [(0, 2), (1, 2)], [(4, 5), (2, 3)])
+    split.token_ids = split.token_ids % 50
+    data = RelationDataset(split, pos_limit=5)
+    together = model(**data.__getitems__([0, 1]).inputs())
+    alone = model(**data.__getitems__([1]).inputs())  # no padding at all
+    assert together.shape == (2, 4)
+    torch.testing.assert_close(together[1], alone[0], rtol=1e-5, atol=1e-6)
+
+
+def test_pcnn_handles_empty_piece():
+    model = build_model(ModelConfig(name="pcnn"), 20, 3, 5).eval()
+    split = make_split([4], [(0, 3)], [(1, 3)])  # nested: both end at 3, piece 2 is empty
+    split.token_ids = split.token_ids % 20
+    out = model(**RelationDataset(split, 5).__getitems__([0]).inputs())
+    assert torch.isfinite(out).all()
+
+
+def test_registry_names_and_unknown_model():
+    assert {"cnn", "pcnn"} <= set(model_names())
+    with pytest.raises(UserError, match="unknown model.name 'nope'"):
+        build_model(ModelConfig(name="nope"), 10, 2, 5)

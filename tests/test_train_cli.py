@@ -1,0 +1,145 @@
+"""End to end through the CLI: train, evaluate, predict, and user errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+import reltrain
+from reltrain.cli import main
+
+from conftest import data_overrides, read_jsonl, run_cli
+
+
+@pytest.fixture(scope="session")
+def trained(small_en, tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("run") / "cnn"
+    code = main(["train", *data_overrides(small_en), f"output_dir={run_dir}", "train.epochs=3",
+                 "log.progress=false", "train.batch_size=16"])
+    assert code == 0
+    return run_dir
+
+
+def test_run_directory_contents(trained):
+    for name in ("config.yaml", "metrics.jsonl", "summary.json", "train.log",
+                 "checkpoints/best.pt", "checkpoints/last.pt", "checkpoints/best.pt.json",
+                 "plots/loss.png", "plots/f1.png", "plots/confusion_test.png"):
+        assert (trained / name).is_file(), name
+    summary = json.loads((trained / "summary.json").read_text())
+    assert summary["world_size"] == 1 and summary["global_batch_size"] == 16
+    assert set(summary["test"]) >= {"macro_f1", "micro_f1", "macro_precision", "macro_recall"}
+    assert summary["test"]["num_examples"] == 80
+    history = read_jsonl(trained / "metrics.jsonl")
+    assert [r["epoch"] for r in history] == [1, 2, 3]
+
+
+def test_each_best_metric_reports_its_own_epoch(trained):
+    summary = json.loads((trained / "summary.json").read_text())
+    history = read_jsonl(trained / "metrics.jsonl")
+    for name in ("macro_f1", "micro_f1"):
+        values = [r["valid"][name] for r in history]
+        best = summary["best_by_metric"][name]
+        assert best["value"] == max(values)
+        assert best["epoch"] == values.index(max(values)) + 1
+    assert summary["best"]["epoch"] == summary["best_by_metric"]["macro_f1"]["epoch"]
+
+
+def test_evaluate_prints_the_summary_test_metrics(trained, small_en, capsys):
+    capsys.readouterr()
+    assert main(["evaluate", str(trained / "checkpoints/best.pt"), small_en["test"]]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    summary = json.loads((trained / "summary.json").read_text())
+    for key in ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "per_class"):
+        assert printed[key] == summary["test"][key]
+
+
+def test_checkpoint_is_self_contained_and_safe(trained):
+    payload = torch.load(trained / "checkpoints/last.pt", weights_only=True)
+    assert {"model", "config", "vocab", "labels", "optimizer", "scheduler", "state", "rng"} <= set(payload)
+    assert payload["state"]["epoch"] == 4  # the next epoch to run
+    assert not any(k.startswith("module.") for k in payload["model"])
+
+
+def test_reload_gives_identical_predictions(trained, small_en):
+    from reltrain.data.readers import read_records
+
+    records = read_records(small_en["test"]).records
+    a = reltrain.load(trained / "checkpoints/best.pt").probabilities(records)
+    b = reltrain.load(trained / "checkpoints/best.pt").probabilities(records, batch_size=7)
+    assert (a == b).all() or abs(a - b).max() < 1e-6
+
+
+def test_predict_file_and_text(trained, small_en, tmp_path, capsys):
+    out = tmp_path / "pred.jsonl"
+    assert main(["predict", str(trained / "checkpoints/best.pt"), small_en["test"],
+                 "--output", str(out), "--top-k", "2"]) == 0
+    rows = read_jsonl(out)
+    assert len(rows) == 80
+    assert {"relation", "score", "top_k", "gold"} <= set(rows[0]) and len(rows[0]["top_k"]) == 2
+    assert rows[0]["top_k"][0]["relation"] == rows[0]["relation"]
+    capsys.readouterr()
+    assert main(["predict", str(trained / "checkpoints/best.pt"), "--text",
+                 "Alice Moreau was born in Dunmore , not in Corrin .", "--head", "Alice Moreau",
+                 "--tail", "Dunmore"]) == 0
+    row = json.loads(capsys.readouterr().out)
+    assert row["relation"] == "born_in" and 0 < row["score"] <= 1
+    api = reltrain.load(trained / "checkpoints/best.pt").predict_text(
+        "Alice Moreau was born in Dunmore .", "Alice Moreau", "Dunmore")
+    assert api["relation"] == "born_in"
+
+
+def test_no_arguments_trains_the_bundled_example(tmp_path):
+    result = run_cli("train", "train.epochs=2", "log.progress=false", env={"PWD": str(tmp_path)})
+    assert result.returncode == 0, result.stderr
+    assert "run directory:" in result.stdout and "test (best checkpoint): macro-F1" in result.stdout
+    assert "bundled English example" in result.stderr
+
+
+def _user_error(result) -> str:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("reltrain: error:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def test_bad_input_is_one_line_exit_2_everywhere(trained, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("sentence,relation,head,head_offset,tail,tail_offset\n"
+                   "Ann met Bob .,born_in,Ann,4,Bob,8\n")
+    ckpt = str(trained / "checkpoints/best.pt")
+    for args in (["train", f"data.train={bad}", "data.cache_dir=" + str(tmp_path / "c")],
+                 ["evaluate", ckpt, str(bad)], ["predict", ckpt, str(bad)]):
+        line = _user_error(run_cli(*args))
+        assert "bad.csv:2: field 'head_offset'" in line, line
+    unknown = tmp_path / "unknown.csv"
+    unknown.write_text("sentence,relation,head,head_offset,tail,tail_offset\n"
+                       "Ann met Bob .,knows,Ann,0,Bob,8\n")
+    assert "unknown relation 'knows'" in _user_error(run_cli("evaluate", ckpt, str(unknown)))
+
+
+def test_skip_bad_rows_trains_and_reports(small_en, tmp_path, capsys):
+    lines = Path(small_en["train"]).read_text().splitlines()
+    lines[3] = '{"text": "broken"'
+    lines[5] = lines[5].replace('"pos": [', '"pos": [900, ')
+    train = tmp_path / "train.jsonl"
+    train.write_text("\n".join(lines) + "\n")
+    assert main(["preprocess", f"data.train={train}", "data.skip_bad_rows=true",
+                 f"data.labels={small_en['labels']}"]) == 0
+    out = capsys.readouterr().out
+    assert "train.jsonl:4: invalid JSON" in out and "train.jsonl:6: field" in out
+    assert "train 238" in out
+
+
+def test_config_errors_and_help(capsys):
+    assert _user_error(run_cli("train", "train.epochs=abc")).startswith("reltrain: error: bad option")
+    assert "train.nope" in _user_error(run_cli("train", "train.nope=1"))
+    assert "model.kernel_sizes" in _user_error(run_cli("train", "model.kernel_sizes=[2,4]"))
+    assert "device must be" in _user_error(run_cli("train", "device=tpu"))
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    text = capsys.readouterr().out
+    for key in ("data.train", "model.name", "train.epochs", "train.batch_size", "train.lr",
+                "train.seed", "device", "output_dir"):
+        assert key in text
