@@ -61,6 +61,19 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad-rows", action="store_true", help="skip invalid rows instead of stopping")
 
 
+def _relaunch(devices: int, args) -> int:
+    """``devices=N``: start the same command as N local workers through torch.distributed.run."""
+    import subprocess
+
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+           f"--nproc_per_node={devices}", "-m", "reltrain", "train"]
+    if args.config:
+        cmd += ["--config", args.config]
+    cmd += args.overrides  # devices=N stays: the workers see the launcher's env and train
+    print(f"reltrain: starting {devices} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
+    return subprocess.call(cmd)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
@@ -80,6 +93,11 @@ def _dispatch(args) -> int:
         from reltrain.config import load_config
 
         cfg = load_config(args.config, args.overrides)
+        if args.command == "train" and cfg.devices > 1:
+            from reltrain.training.distributed import launched_by_torchrun
+
+            if not launched_by_torchrun():
+                return _relaunch(cfg.devices, args)
         if args.command == "preprocess":
             from reltrain.preprocess_cmd import run_preprocess
 

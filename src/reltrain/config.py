@@ -7,6 +7,7 @@ problem becomes a one-line ``UserError``.
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,7 +35,7 @@ class DataConfig:
     pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
     skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
     cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
-    bucket: bool = _opt(False, "group training batches by sentence length (less padding)")
+    bucket: bool = _opt(True, "group training batches by similar length (less padding, ~2x faster)")
     num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)")
 
 
@@ -195,7 +196,7 @@ def validate(cfg: Config) -> None:
            "log.tensorboard must be auto, true or false")
     _check(cfg.devices >= 0, "devices must be >= 0")
     dev = cfg.device
-    _check(dev in ("auto", "cpu", "cuda") or (dev.startswith("cuda:") and dev[5:].isdigit()),
+    _check(dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", dev) is not None,
            f"device must be auto, cpu, cuda or cuda:N, not '{dev}'")
 
 

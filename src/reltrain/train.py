@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import resource
 import statistics
 import time
 from pathlib import Path
@@ -156,6 +157,7 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "strategy": ctx.strategy,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank
         "data": {"rows": prepared.meta["rows"], "relations": len(prepared.labels),
                  "vocab_size": len(prepared.vocab),
                  "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()}},

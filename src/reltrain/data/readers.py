@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -13,6 +14,7 @@ from typing import Iterable, Iterator
 from reltrain.data.schema import Entity, Record
 from reltrain.errors import DataError, UserError
 
+_DIGITS = re.compile(r"[0-9]+")
 CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
 
 
@@ -144,7 +146,7 @@ def _csv_record(path, line, header, col, values, require_relation) -> Record:
 
 def _offset(path, line, field_name, value) -> int:
     value = value.strip()
-    if not value.isdigit():
+    if not _DIGITS.fullmatch(value):  # str.isdigit() also accepts '²', which int() rejects
         raise DataError(path, line, field_name,
                         f"expected a non-negative integer character offset, got '{value}'")
     return int(value)
@@ -183,7 +185,9 @@ def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
 
 def _jsonl_rows(path: str, require_relation: bool) -> Iterator:
     text = read_text(path)
-    for number, raw in enumerate(text.splitlines(), start=1):
+    # Split on "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON strings
+    # may hold unescaped.
+    for number, raw in enumerate(text.split("\n"), start=1):
         if raw.strip():
             yield lambda raw=raw, number=number: _jsonl_record(path, number, raw, require_relation)
 
@@ -259,7 +263,7 @@ def read_labels(path: str | Path) -> list[str]:
             raw_index = (row.get("index") or "").strip()
             if not name:
                 raise DataError(path, number, "relation", "missing relation")
-            if raw_index and not raw_index.isdigit():
+            if raw_index and not _DIGITS.fullmatch(raw_index):
                 raise DataError(path, number, "index", f"expected a non-negative integer, got '{raw_index}'")
             index = int(raw_index) if raw_index else len(by_index)
             if index in by_index:

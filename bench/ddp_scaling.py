@@ -1,0 +1,72 @@
+"""CPU DDP weak scaling of the CNN: one process against N processes under torchrun, same run.
+
+    python bench/ddp_scaling.py --epochs 3 --nproc 2
+
+Each process keeps the per-process batch (weak scaling: the global batch grows with N) and gets
+``--threads`` CPU threads through OMP_NUM_THREADS (default 1), so N processes use N cores and
+the 2 cores of a small machine are never oversubscribed. Printed: training sentences/s (median
+of the epochs after the first, as summary.json reports it), peak RSS of rank 0,
+test macro-F1, and the scaling efficiency T_N / (N x T_1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+
+
+def train(nproc: int, args, workdir: Path) -> dict:
+    data = Path(args.data).resolve()
+    out = workdir / f"np{nproc}"
+    overrides = [f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
+                 f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
+                 "data.language=zh", f"data.cache_dir={workdir / 'cache'}",
+                 f"model.name={args.model}", f"train.epochs={args.epochs}",
+                 f"train.batch_size={args.batch_size}", "log.progress=false", "log.plots=false",
+                 f"output_dir={out}"]
+    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
+    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    proc = subprocess.run([*launcher, "-m", "reltrain", "train", *overrides], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stderr[-4000:])
+        raise SystemExit(f"{nproc}-process run failed")
+    summary = json.loads((out / "summary.json").read_text())
+    return {"nproc": nproc, "sent_per_s": summary["train_sent_per_s_median"],
+            "global_batch": summary["global_batch_size"], "test_macro_f1": summary["test"]["macro_f1"],
+            "peak_rss_mb": summary["peak_rss_mb"]}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", default=str(DEFAULT_DATA))
+    p.add_argument("--model", default="cnn", choices=["cnn", "pcnn"])
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per process")
+    args = p.parse_args()
+    print(f"{args.model}, {args.epochs} epochs, batch {args.batch_size} per process, "
+          f"{args.threads} thread(s) per process, {os.cpu_count()} cores", flush=True)
+    with tempfile.TemporaryDirectory(prefix="reltrain-ddp-") as tmp:
+        one = train(1, args, Path(tmp))
+        many = train(args.nproc, args, Path(tmp))
+    print(f"{'processes':>10}{'global batch':>14}{'train sent/s':>14}{'peak RSS MB':>13}{'test macro-F1':>15}")
+    for r in (one, many):
+        print(f"{r['nproc']:>10}{r['global_batch']:>14}{r['sent_per_s']:>14.1f}{r['peak_rss_mb']:>13.0f}"
+              f"{r['test_macro_f1']:>15.4f}")
+    eff = many["sent_per_s"] / (args.nproc * one["sent_per_s"])
+    print(f"scaling efficiency T{args.nproc} / ({args.nproc} x T1) = {eff:.2f}")
+
+
+if __name__ == "__main__":
+    main()

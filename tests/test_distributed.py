@@ -1,0 +1,166 @@
+"""Real processes on CPU with gloo, compared against the single-process result."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reltrain.cli import _parser
+
+from conftest import EXAMPLE_DIR, ROOT, data_overrides
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+COMMON = ["log.progress=false", "log.plots=false", "model.dropout=0", "train.epochs=2"]
+
+
+@pytest.fixture(scope="module")
+def odd_data(tmp_path_factory) -> dict:
+    """240 training rows (divisible by 2 and by the global batch), 79 valid and 79 test rows
+    (divisible by neither 2 nor 3)."""
+    root = tmp_path_factory.mktemp("odd")
+    out = {"labels": str(EXAMPLE_DIR / "labels.txt")}
+    for split, n in (("train", 240), ("valid", 79), ("test", 79)):
+        lines = (EXAMPLE_DIR / f"{split}.jsonl").read_text().splitlines()[:n]
+        (root / f"{split}.jsonl").write_text("\n".join(lines) + "\n")
+        out[split] = str(root / f"{split}.jsonl")
+    return out
+
+
+def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
+    result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=ROOT)
+    return result
+
+
+def torchrun(nproc: int, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={nproc}", "-m", "reltrain", *args], timeout)
+
+
+def single(*args: str) -> subprocess.CompletedProcess:
+    return run([sys.executable, "-m", "reltrain", *args])
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+@pytest.fixture(scope="module")
+def runs(odd_data, tmp_path_factory) -> dict:
+    """One process with batch 16 and two processes with batch 8 on the same data and seed."""
+    root = tmp_path_factory.mktemp("runs")
+    base = [*data_overrides(odd_data), *COMMON]
+    ok(single("train", *base, "train.batch_size=16", f"output_dir={root / 'one'}"))
+    ok(torchrun(2, "train", *base, "train.batch_size=8", f"output_dir={root / 'two'}"))
+    return {"one": root / "one", "two": root / "two"}
+
+
+def metrics_log(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_two_processes_equal_one_with_the_global_batch(runs):
+    one = torch.load(runs["one"] / "checkpoints/last.pt", weights_only=True)
+    two = torch.load(runs["two"] / "checkpoints/last.pt", weights_only=True)
+    assert one["model"].keys() == two["model"].keys()
+    for key in one["model"]:
+        torch.testing.assert_close(two["model"][key], one["model"][key], rtol=0, atol=1e-5)
+    for a, b in zip(metrics_log(runs["one"]), metrics_log(runs["two"])):
+        assert a["valid"] == b["valid"]
+        assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+    summary = json.loads((runs["two"] / "summary.json").read_text())
+    assert (summary["world_size"], summary["batch_size"], summary["global_batch_size"]) == (2, 8, 16)
+
+
+def evaluate_json(result) -> dict:
+    text = ok(result).stdout
+    return json.loads(text[text.index("{"):])
+
+
+@pytest.mark.parametrize("nproc", [2, 3])
+def test_distributed_evaluation_is_exact(runs, odd_data, nproc):
+    ckpt = str(runs["two"] / "checkpoints/best.pt")
+    alone = evaluate_json(single("evaluate", ckpt, odd_data["test"]))
+    spread = evaluate_json(torchrun(nproc, "evaluate", ckpt, odd_data["test"]))
+    assert spread == alone and alone["num_examples"] == 79
+    if nproc == 2:  # the test figures written by the 2-process training run, too
+        summary = json.loads((runs["two"] / "summary.json").read_text())
+        for key in ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "per_class"):
+            assert summary["test"][key] == alone[key]
+
+
+def test_tutorial_launcher_script(odd_data, tmp_path):
+    ok(run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
+            "scripts/reltrain_train.py", *data_overrides(odd_data), *COMMON, "train.epochs=1",
+            f"output_dir={tmp_path}"]))
+    assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 2
+
+
+def test_both_local_rank_spellings_are_accepted():
+    for flag in ("--local-rank=1", "--local_rank=1"):
+        assert _parser().parse_args(["train", flag, "train.epochs=1"]).local_rank == 1
+
+
+def test_devices_convenience_goes_through_torch_distributed_run(odd_data, tmp_path):
+    result = ok(single("train", "devices=2", *data_overrides(odd_data), *COMMON,
+                       "train.epochs=1", f"output_dir={tmp_path}"))
+    assert "torch.distributed.run" in result.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_nodes_on_localhost(odd_data, tmp_path):
+    endpoint = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
+         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-nodes",
+         "-m", "reltrain", "train", *data_overrides(odd_data), *COMMON, "train.epochs=1",
+         f"output_dir={tmp_path}"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    outputs = [p.communicate(timeout=300) for p in procs]
+    for p, (out, err) in zip(procs, outputs):
+        assert p.returncode == 0, err[-3000:]
+    assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 2
+
+
+FAILING = """
+import os, sys
+from reltrain.cli import main
+from reltrain.training.trainer import Trainer
+
+real = Trainer._run_batch
+
+def run_batch(self, batch):
+    if os.environ["RANK"] == "1" and self.optimizer.state and len(self.optimizer.state) and \\
+            next(iter(self.optimizer.state.values()))["step"] >= 3:
+        raise RuntimeError("injected failure on rank 1")
+    return real(self, batch)
+
+Trainer._run_batch = run_batch
+sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+def test_a_failing_rank_stops_the_job(odd_data, tmp_path):
+    script = tmp_path / "failing.py"
+    script.write_text(FAILING)
+    # A hang would hit the subprocess timeout and fail the test; the job must end by itself.
+    result = run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                  "--nproc_per_node=2", str(script), *data_overrides(odd_data), *COMMON,
+                  "dist.timeout_s=60", f"output_dir={tmp_path / 'run'}"], timeout=180)
+    assert result.returncode != 0
+    assert "injected failure on rank 1" in result.stdout + result.stderr
