@@ -56,7 +56,8 @@ def test_evaluate_prints_the_summary_test_metrics(trained, small_en, capsys):
 
 def test_checkpoint_is_self_contained_and_safe(trained):
     payload = torch.load(trained / "checkpoints/last.pt", weights_only=True)
-    assert {"model", "config", "vocab", "labels", "optimizer", "scheduler", "state", "rng"} <= set(payload)
+    assert {"model", "config", "vocab", "labels", "optimizer", "scheduler", "state", "rank_states"} <= set(payload)
+    assert {"rng", "progress"} <= set(payload["rank_states"][0])
     assert payload["state"]["epoch"] == 4  # the next epoch to run
     assert not any(k.startswith("module.") for k in payload["model"])
 

@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from reltrain.errors import UserError
+from reltrain.errors import Preempted, UserError
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -81,6 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as exc:
         print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    except Preempted as exc:
+        print(f"reltrain: {exc}; run the same command to resume", file=sys.stderr, flush=True)
+        return exc.exit_code
     except KeyboardInterrupt:
         print("reltrain: interrupted", file=sys.stderr)
         return 130

@@ -77,6 +77,12 @@ class DistConfig:
 
 
 @dataclass
+class CheckpointConfig:
+    every_steps: int = _opt(0, "also checkpoint every N optimizer steps (mid-epoch); 0: epoch ends only")
+    keep: int = _opt(2, "periodic checkpoints kept besides last.pt and best.pt")
+
+
+@dataclass
 class LogConfig:
     progress: str = _opt("auto", "progress bars: auto (on a terminal), true or false")
     plots: bool = _opt(True, "write plots/*.png")
@@ -89,7 +95,9 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     dist: DistConfig = field(default_factory=DistConfig)
+    ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    resume: str = _opt("auto", "auto (latest good checkpoint in output_dir, else fresh), never, or a PATH")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     output_dir: str = _opt("", "run directory; empty: runs/<time>-<model>")
     devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only")
@@ -195,6 +203,10 @@ def validate(cfg: Config) -> None:
     _check(cfg.log.tensorboard in ("auto", "true", "false"),
            "log.tensorboard must be auto, true or false")
     _check(cfg.devices >= 0, "devices must be >= 0")
+    _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
+    _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
+    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
+           f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
     dev = cfg.device
     _check(dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", dev) is not None,
            f"device must be auto, cpu, cuda or cuda:N, not '{dev}'")

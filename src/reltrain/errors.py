@@ -15,3 +15,15 @@ class DataError(UserError):
         where = str(path) if line is None else f"{path}:{line}"
         what = f" field '{field}':" if field else ""
         super().__init__(f"{where}:{what} {message}")
+
+
+class Preempted(Exception):
+    """Training stopped on SIGTERM / SIGINT after saving a checkpoint; rerun to resume."""
+
+    def __init__(self, signum: int, checkpoint: str):
+        self.signum, self.checkpoint = signum, checkpoint
+        super().__init__(f"stopped by signal {signum}; state saved to {checkpoint}")
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum  # the shell's convention for "ended by this signal"

@@ -15,6 +15,7 @@ from torch.utils.data import DataLoader
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.preprocess import Prepared, prepare
+from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
 from reltrain.logs import add_file_log, progress_enabled, setup_logging
 from reltrain.models import build_model
@@ -24,6 +25,8 @@ from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
 from reltrain.training.optim import build_loss, build_optimizer, build_scheduler
+from reltrain.training.preemption import StopRequest
+from reltrain.training.resume import find_resume, load_best_weights, restore
 from reltrain.training.trainer import Trainer, TrainState
 
 log = logging.getLogger("reltrain.train")
@@ -34,8 +37,11 @@ def run_train(cfg: Config) -> dict:
 
     One device:   reltrain train data.train=train.csv data.valid=valid.csv data.test=test.csv
     Many (DDP):   torchrun --standalone --nproc_per_node=4 -m reltrain train data.train=...
+    Resumes from the latest good checkpoint in output_dir (resume=auto), so rerunning the same
+    command after a crash or preemption continues the run.
     """
     ctx = D.setup(cfg.device, cfg.dist)
+    stop = StopRequest().install()
     try:
         setup_logging(ctx.is_main)
         if use_example_data(cfg.data):
@@ -45,32 +51,41 @@ def run_train(cfg: Config) -> dict:
         progress = progress_enabled(cfg.log.progress, ctx.is_main)
         with D.main_first():  # rank 0 fills the cache; the others then read it
             prepared = prepare(cfg.data, progress)
+        payload = find_resume(cfg, run_dir, prepared.vocab.tokens, prepared.labels)
         if ctx.is_main:
-            _start_run_dir(run_dir, cfg)
+            _start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
             _describe(cfg, ctx, prepared)
-        return _fit_and_test(cfg, ctx, prepared, run_dir, progress)
+        return _fit_and_test(cfg, ctx, prepared, run_dir, progress, payload, stop)
     finally:
+        stop.restore()
         D.teardown()
 
 
 def _new_run_dir(cfg: Config) -> str:
     if cfg.output_dir:
         return cfg.output_dir
-    return str(Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}")
+    run_id = D.launcher_run_id()  # stable across torchrun's restarts, so they find the checkpoints
+    name = f"torchrun-{run_id}" if run_id else time.strftime("%Y%m%d-%H%M%S")
+    return str(Path("runs") / f"{name}-{cfg.model.name}")
 
 
-def _start_run_dir(run_dir: Path, cfg: Config) -> None:
+def _start_run_dir(run_dir: Path, cfg: Config, next_epoch: int) -> None:
+    """Create the run directory; on resume keep the metrics of the epochs already finished."""
     from omegaconf import OmegaConf
 
+    log_path = run_dir / "metrics.jsonl"
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        (run_dir / "metrics.jsonl").write_text("")
+        kept = [line for line in _read_lines(log_path) if json.loads(line)["epoch"] < next_epoch]
+        log_path.write_text("".join(line + "\n" for line in kept))
     except OSError as exc:
-        from reltrain.errors import UserError
-
         raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
     add_file_log(run_dir / "train.log")
+
+
+def _read_lines(path: Path) -> list[str]:
+    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
 
 
 def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
@@ -94,16 +109,17 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
 
 
 def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
-                  progress: bool) -> dict:
+                  progress: bool, payload: dict | None, stop: StopRequest) -> dict:
     pos_limit = cfg.data.pos_limit
     sets = {name: RelationDataset(split, pos_limit) for name, split in prepared.splits.items()}
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 ctx.rank, ctx.world_size, bucket=cfg.data.bucket)
-    on_cuda = ctx.device.type == "cuda"
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
-                        num_workers=cfg.data.num_workers, pin_memory=on_cuda,
+                        num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
                         persistent_workers=cfg.data.num_workers > 0)
     model = build_model(cfg.model, len(prepared.vocab), len(prepared.labels), pos_limit)
+    if payload:  # load into the plain model, then wrap
+        model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
     scheduler = build_scheduler(optimizer, cfg.train)
@@ -111,33 +127,51 @@ def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: 
     static = {"config": to_dict(cfg), "vocab": prepared.vocab.tokens, "labels": prepared.labels,
               "world_size": ctx.world_size}
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler,
-                                ctx.is_main)
+                                keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
-                      prepared.labels, cfg.train, checkpointer, callbacks, progress)
+                      prepared.labels, cfg.train, checkpointer, callbacks, progress,
+                      every_steps=cfg.ckpt.every_steps, stop=stop)
+    state = TrainState()
+    if payload:
+        state = restore(payload, model, optimizer, scheduler, trainer)
+        trainer.best_weights = load_best_weights(run_dir, state)
+        for cb in callbacks:
+            cb.resume([json.loads(ln) for ln in _read_lines(run_dir / "metrics.jsonl")])
     try:
-        state = trainer.fit(TrainState())
+        state = trainer.fit(state)
+    except Preempted as exc:
+        log.warning("%s; run the same command again to resume", exc)
+        raise
     finally:
         for cb in callbacks:
             cb.close()
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     if "test" in sets:
-        # Every rank loads the same best weights (kept in memory, so node-local run dirs work).
-        D.unwrap(model).load_state_dict(trainer.best_weights)
-        metrics, pred = evaluate(D.unwrap(model), sets["test"], cfg.train.eval_batch_size,
-                                 prepared.labels, progress, desc="test")
-        summary["test"] = metrics
-        if ctx.is_main and cfg.log.plots:
-            from reltrain.training.plots import plot_confusion
-
-            matrix = confusion(sets["test"].split.labels, pred, len(prepared.labels))
-            plot_confusion(matrix, prepared.labels, run_dir / "plots" / "confusion_test.png",
-                           f"Test confusion (best epoch {state.best['epoch']})")
+        _score_test(cfg, ctx, trainer, state, sets["test"], prepared, run_dir, progress, summary)
     if ctx.is_main:
         (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
         _print_summary(summary)
     D.barrier()
     return summary
+
+
+def _score_test(cfg, ctx, trainer, state, test_set, prepared, run_dir, progress, summary) -> None:
+    """Every rank loads the same best weights (kept in memory: node-local run dirs work)."""
+    model = D.unwrap(trainer.model)
+    if trainer.best_weights is not None:
+        model.load_state_dict(trainer.best_weights)
+    else:
+        log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
+    metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, prepared.labels,
+                             progress, desc="test")
+    summary["test"] = metrics
+    if ctx.is_main and cfg.log.plots:
+        from reltrain.training.plots import plot_confusion
+
+        matrix = confusion(test_set.split.labels, pred, len(prepared.labels))
+        plot_confusion(matrix, prepared.labels, run_dir / "plots" / "confusion_test.png",
+                       f"Test confusion (best epoch {state.best['epoch']})")
 
 
 def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,

@@ -103,10 +103,11 @@ class TrainBatchSampler(Sampler[list[int]]):
                  world_size: int = 1, bucket: bool = False):
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.rank, self.world_size, self.bucket = rank, world_size, bucket
-        self.epoch = 0
+        self.epoch, self.skip = 0, 0
 
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
+    def set_epoch(self, epoch: int, skip: int = 0) -> None:
+        """Use epoch ``epoch``'s order; leave out its first ``skip`` batches (already trained)."""
+        self.epoch, self.skip = epoch, skip
 
     def _global_order(self) -> np.ndarray:
         rng = np.random.default_rng(self.seed + self.epoch)
@@ -128,12 +129,17 @@ class TrainBatchSampler(Sampler[list[int]]):
         return batches
 
     def __iter__(self) -> Iterator[list[int]]:
-        for batch in self._global_batches():
+        for batch in self._global_batches()[self.skip:]:
             yield batch[self.rank::self.world_size].tolist()
 
-    def __len__(self) -> int:
+    @property
+    def num_batches(self) -> int:
+        """Batches in a whole epoch."""
         return math.ceil((len(self.lengths) + (-len(self.lengths)) % self.world_size)
                          / (self.batch_size * self.world_size))
+
+    def __len__(self) -> int:
+        return max(self.num_batches - self.skip, 0)
 
 
 class EvalBatchSampler(Sampler[list[int]]):

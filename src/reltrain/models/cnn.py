@@ -10,6 +10,7 @@ import torch
 import torch.nn as nn
 
 from reltrain.models import register_model
+from reltrain.models.dropout import ExampleDropout
 
 _ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
 
@@ -53,10 +54,11 @@ class CNNClassifier(nn.Module):
         self.act = _ACTIVATIONS[activation]()
         self.piecewise = piecewise
         hidden = num_filters * len(kernel_sizes) * (3 if piecewise else 1)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = ExampleDropout(dropout)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, word, pos_head, pos_tail, mask, segment=None):
+    def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None):
+        """``noise``: (B,) per-example dropout seeds (see models/dropout.py); None in eval."""
         x = self.embed(word, pos_head, pos_tail).transpose(1, 2)  # (B, D, L)
         h = torch.cat([self.act(conv(x)) for conv in self.convs], dim=1)  # (B, F*K, L)
         if self.piecewise:
@@ -64,7 +66,7 @@ class CNNClassifier(nn.Module):
             sent = torch.cat(pieces, dim=1)  # (B, 3*F*K)
         else:
             sent = masked_max(h, mask)  # (B, F*K)
-        return self.classifier(self.dropout(sent))  # (B, C)
+        return self.classifier(self.dropout(sent, noise))  # (B, C)
 
 
 def _builder(piecewise: bool):

@@ -13,6 +13,9 @@ class Callback:
     def on_epoch_end(self, record: dict, state) -> None:
         pass
 
+    def resume(self, history: list[dict]) -> None:
+        """Called once when a run continues, with the records of its finished epochs."""
+
     def close(self) -> None:
         pass
 
@@ -50,6 +53,9 @@ class CurvePlots(Callback):
 
     def __init__(self, directory: Path):
         self.directory, self.history = directory, []
+
+    def resume(self, history):
+        self.history = list(history)
 
     def on_epoch_end(self, record, state):
         from reltrain.training.plots import plot_curves

@@ -94,34 +94,73 @@ def restore_rng(state: dict) -> None:
 
 
 class Checkpointer:
-    """Writes ``last.pt`` (and ``best.pt`` when asked) from global rank 0 only.
+    """Saves the full training state; every rank calls ``save``, global rank 0 writes.
 
-    ``static`` holds what never changes during a run (config, vocabulary, labels); the rest is
-    read from the live objects at save time: the unwrapped model, optimizer and scheduler.
+    Files in ``directory``: ``last.pt`` (newest), ``best.pt`` (best on validation), and
+    ``ckpt-<step>.pt`` (the newest ``keep`` saves, hard links where the filesystem allows), each
+    with a ``.json`` beside it for humans. ``static`` holds what never changes during a run.
     """
 
     def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
-                 is_main: bool = True):
+                 keep: int = 2):
         self.directory = Path(directory)
         self.static, self.model = static, model
-        self.optimizer, self.scheduler, self.is_main = optimizer, scheduler, is_main
+        self.optimizer, self.scheduler, self.keep = optimizer, scheduler, keep
 
-    def payload(self, state: dict) -> dict:
-        from reltrain.training.distributed import unwrap
+    def save(self, state: dict, rank_state: dict, best: bool, summary: dict) -> None:
+        from reltrain.training import distributed as D
 
-        return {**self.static, "model": unwrap(self.model).state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "state": state, "rng": capture_rng()}
-
-    def save(self, state: dict, best: bool, summary: dict) -> None:
-        if not self.is_main:
+        # Every rank's RNG and partial-epoch counters, so each rank resumes exactly.
+        rank_states = D.all_gather_objects({"rng": capture_rng(), **rank_state})
+        if not D.is_main():
             return
+        payload = {**self.static, "model": D.unwrap(self.model).state_dict(),
+                   "optimizer": self.optimizer.state_dict(),
+                   "scheduler": self.scheduler.state_dict(), "state": state,
+                   "rank_states": rank_states}
+        if best:  # before last.pt: a crash in between replays the epoch, which rewrites best.pt
+            save_checkpoint(self.directory / "best.pt", payload, summary)
         last = self.directory / "last.pt"
-        save_checkpoint(last, self.payload(state), summary)
-        if best:
+        save_checkpoint(last, payload, summary)
+        numbered = self.directory / f"ckpt-{state['step']:08d}.pt"
+        for suffix in ("", ".json"):
+            _link_or_copy(Path(str(last) + suffix), Path(str(numbered) + suffix))
+        for old in numbered_checkpoints(self.directory)[self.keep:]:
             for suffix in ("", ".json"):
-                src, dst = Path(str(last) + suffix), Path(str(self.directory / "best.pt") + suffix)
-                _atomic_write(dst, lambda f, src=src: f.write(src.read_bytes()))
+                Path(str(old) + suffix).unlink(missing_ok=True)
+
+
+def _link_or_copy(src: Path, dst: Path) -> None:
+    tmp = dst.with_name(dst.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    try:
+        os.link(src, tmp)
+        os.replace(tmp, dst)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        _atomic_write(dst, lambda f: f.write(src.read_bytes()))
+
+
+def numbered_checkpoints(directory: Path) -> list[Path]:
+    """``ckpt-<step>.pt`` files, newest first."""
+    found = []
+    for path in Path(directory).glob("ckpt-*.pt"):
+        step = path.stem[len("ckpt-"):]
+        if step.isascii() and step.isdigit():
+            found.append((int(step), path))
+    return [p for _, p in sorted(found, reverse=True)]
+
+
+def resume_candidates(directory: Path) -> list[Path]:
+    """Checkpoints to try for ``resume=auto``, newest first, each file once.
+
+    ``last.pt`` leads: it is written before its numbered link, so it is never older than one.
+    """
+    out: list[Path] = []
+    for path in [Path(directory) / "last.pt", *numbered_checkpoints(directory)]:
+        if path.is_file() and not any(os.path.samefile(path, p) for p in out):
+            out.append(path)
+    return out
 
 
 def seed_everything(seed: int) -> None:

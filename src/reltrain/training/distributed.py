@@ -133,7 +133,8 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
     if ctx.strategy == "ddp":
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         return nn.parallel.DistributedDataParallel(model, device_ids=ids,
-                                                   find_unused_parameters=find_unused_parameters)
+                                                   find_unused_parameters=find_unused_parameters,
+                                                   gradient_as_bucket_view=True)
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
@@ -210,3 +211,22 @@ def main_first():
     if status is not None:
         raise UserError(f"rank 0 failed: {status}")
     yield
+
+
+def any_rank(flag: int) -> int:
+    """The largest ``flag`` over all ranks (e.g. a signal number seen by any of them)."""
+    if _ctx.strategy != "ddp":
+        return flag
+    t = torch.tensor([flag], dtype=torch.int64, device=_ctx.device if _ctx.backend == "nccl" else "cpu")
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t.item())
+
+
+def launcher_run_id() -> str | None:
+    """torchrun's run id: the same on every node and across elastic restarts of one job."""
+    run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
+    return run_id if launched_by_torchrun() and run_id and run_id != "none" else None
+
+
+def restart_count() -> int:
+    return _env_int("TORCHELASTIC_RESTART_COUNT", 0)

@@ -8,7 +8,22 @@ import torch.nn as nn
 
 
 def build_optimizer(model: nn.Module, train_cfg) -> torch.optim.Optimizer:
-    return torch.optim.Adam(model.parameters(), lr=train_cfg.lr, weight_decay=train_cfg.weight_decay)
+    params = list(model.parameters())
+    kwargs = {"lr": train_cfg.lr, "weight_decay": train_cfg.weight_decay}
+    # The fused kernel updates all parameters in one pass (about 10% of a CNN step on CPU); it
+    # exists on CPU from torch 2.4 and on CUDA, and gives the same update as the loop.
+    device = params[0].device.type if params else "cpu"
+    if device in ("cpu", "cuda") and _fused_supported(device):
+        kwargs["fused"] = True
+    return torch.optim.Adam(params, **kwargs)
+
+
+def _fused_supported(device: str) -> bool:
+    try:
+        torch.optim.Adam([torch.zeros(1, device=device, requires_grad=True)], fused=True)
+    except (RuntimeError, TypeError, ValueError):
+        return False
+    return True
 
 
 def build_scheduler(optimizer, train_cfg):

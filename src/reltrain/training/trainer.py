@@ -10,69 +10,103 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn as nn
 
+from reltrain.errors import Preempted
+from reltrain.models.dropout import example_noise_seeds
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
 
 log = logging.getLogger(__name__)
 
+SELECTABLE = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy")
+
 
 @dataclass
 class TrainState:
-    """Everything about progress that a resumed run needs; saved in every checkpoint."""
+    """Progress that a resumed run needs; saved in every checkpoint, the same on every rank."""
 
-    epoch: int = 1  # the next epoch to run
+    epoch: int = 1  # the epoch to run next (or to finish, when batch_in_epoch > 0)
     step: int = 0  # optimizer steps taken
+    batch_in_epoch: int = 0  # batches of `epoch` already trained
     best: dict | None = None  # {"metric", "value", "epoch", "valid"} of the selection metric
     best_by_metric: dict = field(default_factory=dict)  # each metric's own best and its epoch
     bad_epochs: int = 0  # epochs since the selection metric last improved
     stopped_early: bool = False
 
 
+@dataclass
+class EpochProgress:
+    """This rank's running totals for the current epoch (differ per rank; saved per rank)."""
+
+    loss_sum: float = 0.0
+    examples: int = 0
+    seconds: float = 0.0
+
+
 class Trainer:
     def __init__(self, model: nn.Module, optimizer, scheduler, loss_fn: nn.Module, train_loader,
                  valid_set, labels: list[str], train_cfg, checkpointer, callbacks=(),
-                 progress: bool = False):
+                 progress: bool = False, every_steps: int = 0, stop=None):
         self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
         self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
         self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
         self.callbacks, self.progress = list(callbacks), progress
+        self.every_steps, self.stop = every_steps, stop
         self.ctx = D.context()
         self.best_weights: dict | None = None  # CPU copy of the best model, on every rank
+        self.partial = EpochProgress()
 
     def fit(self, state: TrainState) -> TrainState:
-        for epoch in range(state.epoch, self.cfg.epochs + 1):
+        start = state.epoch
+        for epoch in range(start, self.cfg.epochs + 1):
+            if state.stopped_early:
+                break
             record = self._run_epoch(epoch, state)
             improved = self._validate(epoch, state, record)
             if improved:
                 self.best_weights = {k: v.detach().to("cpu", copy=True)
                                      for k, v in D.unwrap(self.model).state_dict().items()}
-            state.epoch = epoch + 1
+            state.epoch, state.batch_in_epoch = epoch + 1, 0
+            self.partial = EpochProgress()
             stop = bool(self.cfg.early_stopping) and state.bad_epochs >= self.cfg.early_stopping
             state.stopped_early = stop and epoch < self.cfg.epochs
-            self.checkpointer.save(asdict(state), best=improved, summary=record)
+            self._save(state, best=improved, summary=record)
             for cb in self.callbacks:
                 cb.on_epoch_end(record, state)
-            if stop:
+            if state.stopped_early:
                 log.info("early stopping: %s has not improved for %d epochs",
                          self.cfg.select_metric, state.bad_epochs)
-                break
         return state
+
+    def _save(self, state: TrainState, best: bool, summary: dict) -> None:
+        self.checkpointer.save(asdict(state), {"progress": asdict(self.partial)}, best, summary)
 
     def _run_epoch(self, epoch: int, state: TrainState) -> dict:
         from tqdm.auto import tqdm
 
         self.model.train()
-        self.train_loader.batch_sampler.set_epoch(epoch)
-        total, examples, start = torch.zeros((), device=self.ctx.device), 0, time.perf_counter()
+        sampler = self.train_loader.batch_sampler
+        sampler.set_epoch(epoch, skip=state.batch_in_epoch)
+        done = self.partial
+        total = torch.tensor(done.loss_sum, dtype=torch.float32, device=self.ctx.device)
+        examples, start = done.examples, time.perf_counter() - done.seconds
         bar = tqdm(self.train_loader, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch",
+                   initial=state.batch_in_epoch, total=sampler.num_batches,
                    disable=not self.progress, leave=False)
-        for i, batch in enumerate(bar, start=1):
-            loss = self._run_batch(batch.to(self.ctx.device, non_blocking=True))
+        for batch in bar:
+            loss = self._run_batch(batch.to(self.ctx.device, non_blocking=True), state.step)
             total += loss * len(batch)
             examples += len(batch)
             state.step += 1
-            if self.progress and i % 10 == 0:
+            state.batch_in_epoch += 1
+            if self.progress and state.step % 10 == 0:
                 bar.set_postfix(loss=f"{total.item() / examples:.4f}")
+            signum = D.any_rank(self.stop.signum if self.stop else 0)
+            if signum or (self.every_steps and state.step % self.every_steps == 0):
+                self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
+                self._save(state, best=False, summary={"epoch": epoch, "step": state.step})
+                if signum:
+                    raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
+        bar.close()
         seconds = time.perf_counter() - start
         loss = D.mean_over_ranks(total.item() / max(examples, 1))
         if not math.isfinite(loss):
@@ -81,8 +115,10 @@ class Trainer:
                 "step": state.step, "train_seconds": seconds,
                 "train_sent_per_s": examples * self.ctx.world_size / seconds}
 
-    def _run_batch(self, batch) -> torch.Tensor:
-        logits = self.model(**batch.inputs())  # (B, C)
+    def _run_batch(self, batch, step: int) -> torch.Tensor:
+        # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.
+        noise = example_noise_seeds(self.cfg.seed, step, batch.index)
+        logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
         loss = self.loss_fn(logits, batch.label)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -99,7 +135,7 @@ class Trainer:
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
                               self.labels, self.progress, desc="valid")
         record["valid"] = metrics
-        for name in ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy"):
+        for name in SELECTABLE:
             old = state.best_by_metric.get(name)
             if old is None or metrics[name] > old["value"]:
                 state.best_by_metric[name] = {"value": metrics[name], "epoch": epoch}

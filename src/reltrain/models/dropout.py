@@ -1,0 +1,58 @@
+"""Dropout whose mask is a function of (example, feature, step), not of where the example runs.
+
+Ordinary dropout draws its mask from the process's RNG, so the same example gets a different
+mask in a batch of 64 on one process than in a batch of 32 on each of two, and training drifts
+apart when devices are added. Here the trainer hands each example a 32-bit noise seed derived
+from (train.seed, step, example index); the mask is a counter-based hash of that seed and the
+feature position, so any split of the global batch across devices gives the same masks.
+
+Letters: B batch, H features.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+_MASK32 = 0xFFFFFFFF
+_MIX = 0x45D9F3B  # < 2**31, so a 32-bit value times it never overflows int64
+
+
+def hash32(x: torch.Tensor) -> torch.Tensor:
+    """A well-mixed 32-bit integer hash, elementwise on int64 tensors holding 32-bit values."""
+    x = (((x >> 16) ^ x) * _MIX) & _MASK32
+    x = (((x >> 16) ^ x) * _MIX) & _MASK32
+    return (x >> 16) ^ x
+
+
+def example_noise_seeds(seed: int, step: int, index: torch.Tensor) -> torch.Tensor:
+    """(B,) seeds for the examples ``index`` (their positions in the split) at ``step``."""
+    salt = hash32(torch.tensor((seed * 1_000_003 + step) & _MASK32, dtype=torch.int64))
+    return hash32((index.to(torch.int64) ^ salt) & _MASK32)
+
+
+class ExampleDropout(nn.Module):
+    """Inverted dropout keyed by per-example seeds; plain dropout when no seeds are given.
+
+    ``stream`` separates the masks of several dropout layers in one model.
+    """
+
+    def __init__(self, p: float, stream: int = 0):
+        super().__init__()
+        self.p, self.stream = p, stream
+
+    def forward(self, x: torch.Tensor, noise: torch.Tensor | None = None) -> torch.Tensor:
+        if not self.training or self.p == 0:
+            return x
+        if noise is None:
+            return F.dropout(x, self.p, training=True)
+        features = x[0].numel()
+        cols = torch.arange(features, device=x.device, dtype=torch.int64) + self.stream * 7_919_000
+        key = noise.to(x.device)[:, None] ^ hash32(cols)[None, :]  # (B, H)
+        uniform = (hash32(key) >> 8).to(torch.float32) / 2.0**24  # exact in float32
+        keep = (uniform >= self.p).reshape(x.shape)
+        return x * keep.to(x.dtype) / (1.0 - self.p)
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}, stream={self.stream}"
