@@ -76,6 +76,8 @@ def _start_run_dir(run_dir: Path, cfg: Config, next_epoch: int) -> None:
     log_path = run_dir / "metrics.jsonl"
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
+        for stale in (run_dir / "checkpoints").glob("*.tmp"):  # left by a write that was killed
+            stale.unlink()
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         kept = [line for line in _read_lines(log_path) if json.loads(line)["epoch"] < next_epoch]
         log_path.write_text("".join(line + "\n" for line in kept))

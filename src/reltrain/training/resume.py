@@ -7,6 +7,7 @@ directory (node-local output directories work).
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 from pathlib import Path
 
 from reltrain.config import Config
@@ -63,6 +64,11 @@ def _pick(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str]) -> di
 def check_compatible(payload: dict, path: Path, cfg: Config, vocab: list[str],
                      labels: list[str]) -> None:
     """A checkpoint of another model, vocabulary or label set is a clear error."""
+    state_keys = {f.name for f in fields(TrainState)}
+    if (not isinstance(payload.get("state"), dict) or not state_keys <= set(payload["state"])
+            or not payload.get("rank_states") or "optimizer" not in payload):
+        raise UserError(f"{path}: not a resumable checkpoint of this reltrain version "
+                        f"(it can still be used with evaluate / predict)")
     old = payload.get("config", {})
     for section, keys in (("model", None), ("data", ("pos_limit",))):
         was, now = old.get(section, {}), getattr(cfg, section).__dict__

@@ -69,9 +69,11 @@ class Trainer:
             self.partial = EpochProgress()
             stop = bool(self.cfg.early_stopping) and state.bad_epochs >= self.cfg.early_stopping
             state.stopped_early = stop and epoch < self.cfg.epochs
-            self._save(state, best=improved, summary=record)
+            # Logs first: if the process dies before the checkpoint lands, the epoch is replayed
+            # and its metrics line rewritten (resume drops lines of epochs not checkpointed).
             for cb in self.callbacks:
                 cb.on_epoch_end(record, state)
+            self._save(state, best=improved, summary=record)
             if state.stopped_early:
                 log.info("early stopping: %s has not improved for %d epochs",
                          self.cfg.select_metric, state.bad_epochs)

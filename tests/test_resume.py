@@ -1,0 +1,200 @@
+"""Fault tolerance: exact resume, preemption, elastic restarts after SIGKILL, bad files."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reltrain.cli import main
+from reltrain.errors import UserError
+from reltrain.training import checkpoint as ckpt_mod
+
+from conftest import ROOT, data_overrides
+
+pytestmark = pytest.mark.slow
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.num_filters=32"]
+
+# Runs reltrain train, but the worker kills or signals itself once, at a chosen step.
+INTERRUPTING = """
+import os, signal, sys
+from pathlib import Path
+from reltrain.cli import main
+from reltrain.training.trainer import Trainer
+
+rank, at, sig, marker = os.environ.get("RANK", "0"), int(os.environ["AT_STEP"]), \\
+    getattr(signal, os.environ["SIGNAL"]), Path(os.environ["MARKER"])
+real = Trainer._run_batch
+
+def run_batch(self, batch, step):
+    if rank == os.environ.get("SIGNAL_RANK", "0") and step == at and not marker.exists():
+        marker.write_text("done")
+        os.kill(os.getpid(), sig)
+    return real(self, batch, step)
+
+Trainer._run_batch = run_batch
+sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+def run(cmd, extra_env=None, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, **(extra_env or {})},
+                          timeout=timeout, cwd=ROOT)
+
+
+def weights(run_dir: Path) -> dict:
+    return torch.load(run_dir / "checkpoints/last.pt", weights_only=True)["model"]
+
+
+def assert_same_run(a: Path, b: Path) -> None:
+    wa, wb = weights(a), weights(b)
+    for key in wa:
+        assert torch.equal(wa[key], wb[key]), key
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (a, b))
+    assert sa["test"] == sb["test"] and sa["best"] == sb["best"]
+    strip = lambda r: {k: v for k, v in r.items() if "seconds" not in k and "per_s" not in k}  # noqa: E731
+    la, lb = ([strip(json.loads(x)) for x in (d / "metrics.jsonl").read_text().splitlines()]
+              for d in (a, b))
+    assert la == lb
+
+
+@pytest.fixture(scope="module")
+def reference(small_en, tmp_path_factory) -> Path:
+    """Three epochs in one go."""
+    out = tmp_path_factory.mktemp("ref") / "run"
+    assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=3", f"output_dir={out}"]) == 0
+    return out
+
+
+def test_stop_and_resume_equals_one_go(reference, small_en, tmp_path):
+    out = tmp_path / "run"
+    assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=1", f"output_dir={out}"]) == 0
+    assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=3", f"output_dir={out}"]) == 0
+    assert_same_run(reference, out)
+
+
+def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_en, tmp_path):
+    script = tmp_path / "interrupting.py"
+    script.write_text(INTERRUPTING)
+    out = tmp_path / "run"
+    cmd = [sys.executable, str(script), *data_overrides(small_en), *BASE, "train.epochs=3",
+           f"output_dir={out}"]
+    env = {"AT_STEP": "20", "SIGNAL": "SIGTERM", "MARKER": str(tmp_path / "marker")}
+    first = run(cmd, env)
+    assert first.returncode == 143, first.stderr[-2000:]
+    assert "run the same command" in first.stderr
+    saved = torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]
+    assert saved["step"] == 21 and saved["epoch"] == 2 and saved["batch_in_epoch"] == 6
+    second = run(cmd, env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resuming from" in second.stderr
+    assert_same_run(reference, out)
+
+
+def torchrun(args, env=None, restarts=0, timeout=300):
+    return run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                f"--max-restarts={restarts}", *args], env, timeout)
+
+
+@pytest.fixture(scope="module")
+def ddp_reference(small_en, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ddpref") / "run"
+    result = torchrun(["-m", "reltrain", "train", *data_overrides(small_en), *BASE,
+                       "train.batch_size=8", "train.epochs=3", f"output_dir={out}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    return out
+
+
+def test_sigkilled_worker_is_restarted_by_torchrun_and_ends_the_same(ddp_reference, small_en, tmp_path):
+    script = tmp_path / "interrupting.py"
+    script.write_text(INTERRUPTING)
+    out = tmp_path / "run"
+    env = {"AT_STEP": "22", "SIGNAL": "SIGKILL", "SIGNAL_RANK": "1", "MARKER": str(tmp_path / "m")}
+    result = torchrun([str(script), *data_overrides(small_en), *BASE, "train.batch_size=8",
+                       "train.epochs=3", "ckpt.every_steps=5", f"output_dir={out}"], env, restarts=1)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert (tmp_path / "m").exists()  # the kill happened (during epoch 2: 15 steps per epoch)
+    assert "resuming from" in result.stderr
+    assert_same_run(ddp_reference, out)
+
+
+def test_sigterm_on_one_rank_stops_all_consistently(ddp_reference, small_en, tmp_path):
+    script = tmp_path / "interrupting.py"
+    script.write_text(INTERRUPTING)
+    out = tmp_path / "run"
+    args = [str(script), *data_overrides(small_en), *BASE, "train.batch_size=8", "train.epochs=3",
+            f"output_dir={out}"]
+    env = {"AT_STEP": "17", "SIGNAL": "SIGTERM", "SIGNAL_RANK": "1", "MARKER": str(tmp_path / "m")}
+    first = torchrun(args, env)
+    assert first.returncode != 0
+    assert torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]["step"] == 18
+    second = torchrun(args, env)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert_same_run(ddp_reference, out)
+
+
+def test_corrupted_latest_checkpoint_falls_back_to_the_previous(reference, small_en, tmp_path):
+    out = tmp_path / "run"
+    args = ["-m", "reltrain", "train", *data_overrides(small_en), *BASE, f"output_dir={out}"]
+    assert run([sys.executable, *args, "train.epochs=2"]).returncode == 0
+    last = out / "checkpoints/last.pt"
+    last.write_bytes(last.read_bytes()[:1000])  # truncated (also its hard-linked ckpt-*.pt)
+    explicit = run([sys.executable, "-m", "reltrain", "train", *data_overrides(small_en), *BASE,
+                    f"resume={last}", f"output_dir={tmp_path / 'other'}"])
+    assert explicit.returncode == 2 and "last.pt: not a readable reltrain checkpoint" in explicit.stderr
+    resumed = run([sys.executable, *args, "train.epochs=3"])
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert "trying the previous checkpoint" in resumed.stderr
+    assert "ckpt-00000015.pt (epoch 2" in resumed.stderr  # the end of epoch 1: 15 steps
+    assert_same_run(reference, out)
+
+
+def test_checkpoint_of_another_model_is_a_clear_error(reference, small_en, tmp_path):
+    result = run([sys.executable, "-m", "reltrain", "train", *data_overrides(small_en), *BASE,
+                  "model.name=pcnn", f"resume={reference / 'checkpoints/last.pt'}",
+                  f"output_dir={tmp_path}"])
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "does not match this run: model.name was 'cnn', now 'pcnn'" in result.stderr
+
+
+def test_only_weights_only_loading(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, ("echo owned",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "reltrain-checkpoint", "version": 1, "x": Evil()}, path)
+    with pytest.raises(UserError, match="evil.pt: not a readable reltrain checkpoint"):
+        ckpt_mod.load_checkpoint(path)
+
+
+def test_unwritable_output_dir(small_en, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    result = run([sys.executable, "-m", "reltrain", "train", *data_overrides(small_en), *BASE,
+                  "train.epochs=1", f"output_dir={blocker / 'run'}"])
+    assert result.returncode == 2 and "cannot write the run directory" in result.stderr
+
+
+def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "last.pt"
+    ckpt_mod.save_checkpoint(path, {"model": {"w": torch.ones(3)}})
+    before = path.read_bytes()
+
+    def full_disk(obj, f, *a, **k):
+        f.write(b"partial")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device"):
+        ckpt_mod.save_checkpoint(path, {"model": {"w": torch.zeros(3)}})
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary left behind
