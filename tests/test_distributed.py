@@ -19,7 +19,7 @@ from conftest import EXAMPLE_DIR, ROOT, data_overrides
 pytestmark = pytest.mark.slow
 
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
-COMMON = ["log.progress=false", "log.plots=false", "model.dropout=0", "train.epochs=2"]
+COMMON = ["log.progress=false", "log.plots=false", "train.epochs=2"]  # dropout on: masks are per example
 
 
 @pytest.fixture(scope="module")

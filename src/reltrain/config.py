@@ -41,14 +41,27 @@ class DataConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = _opt("cnn", "encoder: cnn or pcnn")
+    name: str = _opt("cnn", "encoder: cnn, pcnn, bilstm, transformer or lm")
     word_dim: int = _opt(100, "word embedding size")
     pos_dim: int = _opt(10, "size of each of the two position embeddings")
     kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
     num_filters: int = _opt(128, "filters per kernel size")
     activation: str = _opt("relu", "relu, gelu or tanh")
     dropout: float = _opt(0.5, "dropout before the classifier")
-    pretrained: str = _opt("", "local folder of a pretrained model (later encoders)")
+    rnn_hidden: int = _opt(150, "bilstm: hidden size per direction")
+    rnn_layers: int = _opt(2, "bilstm: stacked layers")
+    pooling: str = _opt("attention", "bilstm: attention (Att-BLSTM), max or last")
+    tf_dim: int = _opt(128, "transformer: model width")
+    tf_layers: int = _opt(3, "transformer: encoder layers")
+    tf_heads: int = _opt(4, "transformer: attention heads")
+    tf_ff: int = _opt(256, "transformer: feed-forward size")
+    tf_positions: str = _opt("sinusoidal", "transformer: sinusoidal or learned token positions")
+    tf_dropout: float = _opt(0.1, "transformer: dropout inside the encoder layers")
+    word_vectors: str = _opt("", "word2vec/GloVe file (.txt, or .bin for binary word2vec) to start from")
+    freeze_embeddings: bool = _opt(False, "keep word_vectors fixed during training")
+    pretrained: str = _opt("", "lm: local folder of a Hugging Face encoder (BERT, RoBERTa, MiniLM...)")
+    lm_pooling: str = _opt("entity", "lm: entity (head and tail start markers) or cls")
+    lm_markers: str = _opt("plain", "lm: plain entity markers, or typed (from head_type/tail_type columns)")
 
 
 @dataclass
@@ -56,8 +69,12 @@ class TrainConfig:
     epochs: int = _opt(10, "passes over the training data")
     batch_size: int = _opt(32, "examples per process and step; global batch = world_size x this")
     eval_batch_size: int = _opt(256, "examples per evaluation batch")
-    lr: float = _opt(1e-3, "Adam learning rate")
-    weight_decay: float = _opt(0.0, "Adam weight decay")
+    lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)")
+    encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder")
+    weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)")
+    schedule: str = _opt("auto", "auto (lm: linear, else plateau), plateau (on the selection metric) or linear")
+    warmup_ratio: float = _opt(0.1, "linear schedule: share of the steps spent warming up")
+    amp: str = _opt("auto", "mixed precision on CUDA: auto (lm: bf16 where supported), off, bf16 or fp16")
     lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)")
     lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
     grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
@@ -187,12 +204,28 @@ def validate(cfg: Config) -> None:
     _check(bool(m.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in m.kernel_sizes),
            f"model.kernel_sizes must be odd positive widths, not {list(m.kernel_sizes)}")
     _check(m.activation in ("relu", "gelu", "tanh"), "model.activation must be relu, gelu or tanh")
-    _check(0.0 <= m.dropout < 1.0, "model.dropout must be in [0, 1)")
+    _check(0.0 <= m.dropout < 1.0 and 0.0 <= m.tf_dropout < 1.0, "model dropouts must be in [0, 1)")
+    _check(m.pooling in ("attention", "max", "last"), "model.pooling must be attention, max or last")
+    _check(m.tf_positions in ("sinusoidal", "learned"), "model.tf_positions must be sinusoidal or learned")
+    _check(m.tf_dim % m.tf_heads == 0, "model.tf_dim must be a multiple of model.tf_heads")
+    _check(min(m.rnn_hidden, m.rnn_layers, m.tf_dim, m.tf_layers, m.tf_heads, m.tf_ff) > 0,
+           "model sizes must be positive")
+    _check(not m.word_vectors or Path(m.word_vectors).is_file(),
+           f"model.word_vectors: file not found: {m.word_vectors}")
+    _check(m.lm_pooling in ("entity", "cls"), "model.lm_pooling must be entity or cls")
+    _check(m.lm_markers in ("plain", "typed"), "model.lm_markers must be plain or typed")
+    if m.name == "lm":
+        _check(bool(m.pretrained) and Path(m.pretrained).is_dir(),
+               f"model.name=lm needs model.pretrained=<local model folder>; not a folder: '{m.pretrained}'")
+        _check(not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
     _check(t.epochs >= 1, "train.epochs must be at least 1")
     _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
     _check(t.lr > 0, "train.lr must be positive")
     _check(t.weight_decay >= 0 and t.grad_clip >= 0, "train.weight_decay and grad_clip must be >= 0")
     _check(0 < t.lr_factor < 1, "train.lr_factor must be in (0, 1)")
+    _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
+    _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
+    _check(t.amp in ("auto", "off", "bf16", "fp16"), "train.amp must be auto, off, bf16 or fp16")
     _check(t.select_metric in METRICS, f"train.select_metric must be one of {', '.join(METRICS)}")
     _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),

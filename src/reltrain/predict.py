@@ -32,10 +32,10 @@ class Predictor:
     >>> p.predict_text("Alice Moreau was born in Dunmore .", head="Alice Moreau", tail="Dunmore")
     """
 
-    def __init__(self, model: torch.nn.Module, config: Config, vocab: Vocab, labels: list[str],
-                 device: torch.device):
-        self.model, self.config, self.vocab, self.labels = model.eval(), config, vocab, labels
-        self.device = device
+    def __init__(self, model: torch.nn.Module, config: Config, labels: list[str],
+                 device: torch.device, vocab: Vocab | None = None, lm=None):
+        self.model, self.config, self.labels = model.eval(), config, labels
+        self.device, self.vocab, self.lm = device, vocab, lm
         self.tokenizer = Tokenizer.from_config(config.data)
         self.label_index = {name: i for i, name in enumerate(labels)}
 
@@ -45,19 +45,33 @@ class Predictor:
             D.resolve_device("auto") if device == "auto" else device)
         payload = load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
-        vocab, labels = Vocab(payload["vocab"]), list(payload["labels"])
-        model = build_model(config.model, len(vocab), len(labels), config.data.pos_limit)
+        labels = list(payload["labels"])
+        vocab, lm = None, None
+        if payload.get("lm"):
+            from reltrain.data.lm import LMTokenizer
+
+            lm = LMTokenizer.from_files(payload["lm"]["files"], payload["lm"]["types"])
+            size = len(lm)
+        else:
+            vocab = Vocab(payload["vocab"])
+            size = len(vocab)
+        model = build_model(config.model, size, len(labels), config.data.pos_limit,
+                            hf_config=payload.get("hf_config"))
         try:
             model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
         except RuntimeError as exc:
             raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
                             f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        return cls(model.to(device), config, vocab, labels, device)
+        return cls(model.to(device), config, labels, device, vocab, lm)
 
     def dataset(self, records: list[Record]) -> RelationDataset:
-        split, _, _ = encode_records(records, self.tokenizer, self.vocab, self.label_index,
+        if self.lm is not None:
+            tokenize, to_ids, pad_id = self.lm, list, self.lm.pad_id
+        else:
+            tokenize, to_ids, pad_id = self.tokenizer, self.vocab.encode, 0
+        split, _, _ = encode_records(records, tokenize, to_ids, self.label_index,
                                      self.config.data.max_len)
-        return RelationDataset(split, self.config.data.pos_limit)
+        return RelationDataset(split, self.config.data.pos_limit, pad_id)
 
     def probabilities(self, records: list[Record], batch_size: int = 256,
                       progress: bool = False) -> np.ndarray:

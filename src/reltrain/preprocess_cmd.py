@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from reltrain.config import Config
-from reltrain.data.preprocess import prepare
+from reltrain.data.preprocess import prepare_run
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, setup_logging
 
@@ -15,11 +15,11 @@ def run_preprocess(cfg: Config) -> dict:
     """
     setup_logging(True)
     use_example_data(cfg.data)
-    prepared = prepare(cfg.data, progress_enabled(cfg.log.progress, True))
+    prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))
     meta = prepared.meta
     info = {"cache": str(prepared.cache_path), "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},
-            "truncated": meta["truncated"], "vocab_size": len(prepared.vocab),
+            "truncated": meta["truncated"], "vocab_size": prepared.vocab_size,
             "relations": len(prepared.labels), "tokenizer": meta["tokenizer"]}
     for split, reasons in meta["skipped"].items():
         for reason in reasons[:20]:

@@ -14,17 +14,17 @@ from torch.utils.data import DataLoader
 
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
-from reltrain.data.preprocess import Prepared, prepare
+from reltrain.data.preprocess import Prepared, prepare_run, token_identity
 from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
 from reltrain.logs import add_file_log, progress_enabled, setup_logging
-from reltrain.models import build_model
+from reltrain.models import build_model, model_hf_config
 from reltrain.training import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
-from reltrain.training.optim import build_loss, build_optimizer, build_scheduler
+from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_amp
 from reltrain.training.preemption import StopRequest
 from reltrain.training.resume import find_resume, load_best_weights, restore
 from reltrain.training.trainer import Trainer, TrainState
@@ -50,12 +50,13 @@ def run_train(cfg: Config) -> dict:
         run_dir = Path(D.broadcast_object(_new_run_dir(cfg) if ctx.is_main else None))
         progress = progress_enabled(cfg.log.progress, ctx.is_main)
         with D.main_first():  # rank 0 fills the cache; the others then read it
-            prepared = prepare(cfg.data, progress)
-        payload = find_resume(cfg, run_dir, prepared.vocab.tokens, prepared.labels)
+            prepared = prepare_run(cfg, progress)
+        identity = {**token_identity(prepared), "labels": prepared.labels}
+        payload = find_resume(cfg, run_dir, identity)
         if ctx.is_main:
             _start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
             _describe(cfg, ctx, prepared)
-        return _fit_and_test(cfg, ctx, prepared, run_dir, progress, payload, stop)
+        return _fit_and_test(cfg, ctx, prepared, run_dir, progress, payload, stop, identity)
     finally:
         stop.restore()
         D.teardown()
@@ -98,8 +99,8 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
              cfg.train.batch_size * ctx.world_size)
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
-    log.info("data: %s rows; %d relations; vocabulary %d (min_freq %d); tokenizer %s; cache %s%s",
-             rows, len(prepared.labels), len(prepared.vocab), cfg.data.min_freq, meta["tokenizer"],
+    log.info("data: %s rows; %d relations; vocabulary %d; tokenizer %s; cache %s%s",
+             rows, len(prepared.labels), prepared.vocab_size, meta["tokenizer"],
              prepared.cache_path, " (reused)" if prepared.reused else "")
     for split, reasons in meta["skipped"].items():
         if reasons:
@@ -111,32 +112,39 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
 
 
 def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
-                  progress: bool, payload: dict | None, stop: StopRequest) -> dict:
+                  progress: bool, payload: dict | None, stop: StopRequest, identity: dict) -> dict:
     pos_limit = cfg.data.pos_limit
-    sets = {name: RelationDataset(split, pos_limit) for name, split in prepared.splits.items()}
+    pad_id = prepared.lm.pad_id if prepared.lm is not None else 0
+    sets = {name: RelationDataset(split, pos_limit, pad_id) for name, split in prepared.splits.items()}
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 ctx.rank, ctx.world_size, bucket=cfg.data.bucket)
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
                         num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
                         persistent_workers=cfg.data.num_workers > 0)
-    model = build_model(cfg.model, len(prepared.vocab), len(prepared.labels), pos_limit)
+    model = build_model(cfg.model, prepared.vocab_size, len(prepared.labels), pos_limit)
     if payload:  # load into the plain model, then wrap
         model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
+    elif cfg.model.word_vectors:
+        _init_word_vectors(model, cfg, prepared)
+    if cfg.model.freeze_embeddings and hasattr(model, "embed"):
+        model.embed.word.weight.requires_grad_(False)
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
-    scheduler = build_scheduler(optimizer, cfg.train)
+    scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
+    amp = resolve_amp(cfg.train.amp, ctx.device, model)
+    scaler = torch.amp.GradScaler(ctx.device.type, enabled=amp == torch.float16)
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
-    static = {"config": to_dict(cfg), "vocab": prepared.vocab.tokens, "labels": prepared.labels,
-              "world_size": ctx.world_size}
+    static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
+              "hf_config": model_hf_config(D.unwrap(model))}
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler,
-                                keep=cfg.ckpt.keep)
+                                scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                       prepared.labels, cfg.train, checkpointer, callbacks, progress,
-                      every_steps=cfg.ckpt.every_steps, stop=stop)
+                      every_steps=cfg.ckpt.every_steps, stop=stop, amp=amp, scaler=scaler)
     state = TrainState()
     if payload:
-        state = restore(payload, model, optimizer, scheduler, trainer)
+        state = restore(payload, model, optimizer, scheduler, trainer, scaler)
         trainer.best_weights = load_best_weights(run_dir, state)
         for cb in callbacks:
             cb.resume([json.loads(ln) for ln in _read_lines(run_dir / "metrics.jsonl")])
@@ -156,6 +164,19 @@ def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: 
         _print_summary(summary)
     D.barrier()
     return summary
+
+
+def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
+    """Start the word embeddings from pretrained vectors (identical on every rank)."""
+    from reltrain.data.vectors import load_word_vectors
+
+    vectors, found = load_word_vectors(cfg.model.word_vectors, prepared.vocab, cfg.model.word_dim)
+    with torch.no_grad():
+        weight = model.embed.word.weight
+        weight[torch.from_numpy(found)] = torch.from_numpy(vectors[found])
+    log.info("word vectors: %d of %d vocabulary entries found in %s (%.1f%%)%s", found.sum(),
+             len(found) - 2, cfg.model.word_vectors, 100 * found.sum() / max(len(found) - 2, 1),
+             "; frozen" if cfg.model.freeze_embeddings else "")
 
 
 def _score_test(cfg, ctx, trainer, state, test_set, prepared, run_dir, progress, summary) -> None:
@@ -195,7 +216,7 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank
         "data": {"rows": prepared.meta["rows"], "relations": len(prepared.labels),
-                 "vocab_size": len(prepared.vocab),
+                 "vocab_size": prepared.vocab_size,
                  "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()}},
         "checkpoints": {"best": str(run_dir / "checkpoints" / "best.pt"),
                         "last": str(run_dir / "checkpoints" / "last.pt")},

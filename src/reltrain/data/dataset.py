@@ -24,13 +24,15 @@ class Batch:
     pos_tail: torch.Tensor  # (B, L)
     segment: torch.Tensor  # (B, L) PCNN piece 1..3, 0 = padding
     mask: torch.Tensor  # (B, L) True on real tokens
+    head: torch.Tensor  # (B, 2) token span of the head (for LMs: its markers), end exclusive
+    tail: torch.Tensor  # (B, 2)
     label: torch.Tensor  # (B,) -1 where unknown
     index: torch.Tensor  # (B,) position of each example in its split
 
     def inputs(self) -> dict[str, torch.Tensor]:
         """What the model's forward takes (keyword tensors, so DataParallel can scatter them)."""
         return {"word": self.word, "pos_head": self.pos_head, "pos_tail": self.pos_tail,
-                "segment": self.segment, "mask": self.mask}
+                "segment": self.segment, "mask": self.mask, "head": self.head, "tail": self.tail}
 
     def to(self, device, non_blocking: bool = False) -> "Batch":
         return Batch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
@@ -52,8 +54,8 @@ def _relative(ar: np.ndarray, span: np.ndarray, limit: int) -> np.ndarray:
 class RelationDataset(Dataset):
     """Examples of one split; ``__getitems__`` returns a whole padded ``Batch``."""
 
-    def __init__(self, split: Split, pos_limit: int):
-        self.split, self.pos_limit = split, pos_limit
+    def __init__(self, split: Split, pos_limit: int, pad_id: int = 0):
+        self.split, self.pos_limit, self.pad_id = split, pos_limit, pad_id
         self.lengths = split.lengths
 
     def __len__(self) -> int:
@@ -68,7 +70,7 @@ class RelationDataset(Dataset):
         starts, lens = s.offsets[idx], self.lengths[idx]
         ar = np.arange(max(int(lens.max()), 1))[None, :]  # (1, L)
         mask = ar < lens[:, None]  # (B, L)
-        word = np.where(mask, s.token_ids[np.where(mask, starts[:, None] + ar, 0)], 0)
+        word = np.where(mask, s.token_ids[np.where(mask, starts[:, None] + ar, 0)], self.pad_id)
         head, tail = s.head[idx], s.tail[idx]
         ends = np.stack([head[:, 1], tail[:, 1]], axis=1)  # (B, 2)
         # PCNN pieces end where the entities end, so each entity lies inside pieces 1-2 even when
@@ -80,6 +82,8 @@ class RelationDataset(Dataset):
                      pos_tail=as_tensor(_relative(ar, tail, self.pos_limit)),
                      segment=as_tensor(segment),
                      mask=torch.from_numpy(mask),
+                     head=torch.from_numpy(head.astype(np.int64)),
+                     tail=torch.from_numpy(tail.astype(np.int64)),
                      label=torch.from_numpy(s.labels[idx]),
                      index=torch.from_numpy(idx))
 

@@ -58,32 +58,38 @@ class Split:
 
 @dataclass
 class Prepared:
-    vocab: Vocab
+    vocab: Vocab | None  # None for pretrained encoders, which bring their own (``lm``)
     labels: list[str]
     splits: dict[str, Split]
     meta: dict = field(default_factory=dict)
     cache_path: Path | None = None
     reused: bool = False
+    lm: object = None  # data.lm.LMTokenizer for pretrained encoders
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.lm) if self.lm is not None else len(self.vocab)
 
 
-def encode_records(records: list[Record], tokenizer: Tokenizer, vocab: Vocab | None,
-                   label_index: dict[str, int], max_len: int, progress: bool = False,
-                   desc: str = "tokenize") -> tuple[Split, list[list[str]], int]:
+def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[str, int],
+                   max_len: int, progress: bool = False,
+                   desc: str = "tokenize") -> tuple[Split, list[list], int]:
     """Tokenize and index records; returns the split, the token lists and how many were cut.
 
-    With ``vocab=None`` the ids are left empty (the caller builds the vocabulary first).
+    ``tokenize`` maps (record, max_len) to ``Tokenized``; ``to_ids`` maps its tokens to ids
+    (a vocabulary's ``encode``, or None to leave the ids for later, once a vocabulary exists).
     """
     from tqdm.auto import tqdm
 
     all_tokens, heads, tails, truncated = [], [], [], 0
     for rec in tqdm(records, desc=desc, disable=not progress, unit="sent", leave=False):
-        tok = tokenizer(rec, max_len)
+        tok = tokenize(rec, max_len)
         all_tokens.append(tok.tokens)
         heads.append(tok.head)
         tails.append(tok.tail)
         truncated += tok.truncated
     lengths = np.array([len(t) for t in all_tokens], dtype=np.int64)
-    ids = [] if vocab is None else [i for toks in all_tokens for i in vocab.encode(toks)]
+    ids = [] if to_ids is None else [i for toks in all_tokens for i in to_ids(toks)]
     split = Split(
         token_ids=np.asarray(ids, dtype=np.int32),
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
@@ -95,11 +101,10 @@ def encode_records(records: list[Record], tokenizer: Tokenizer, vocab: Vocab | N
     return split, all_tokens, truncated
 
 
-def cache_key(data_cfg, tokenizer: Tokenizer) -> str:
+def cache_key(data_cfg, tokenizer_id: str) -> str:
     digest = hashlib.sha256()
-    options = {"format": CACHE_FORMAT, "tokenizer": tokenizer.kind, "lowercase": tokenizer.lowercase,
-               "max_len": data_cfg.max_len, "min_freq": data_cfg.min_freq,
-               "skip_bad_rows": data_cfg.skip_bad_rows}
+    options = {"format": CACHE_FORMAT, "tokenizer": tokenizer_id, "max_len": data_cfg.max_len,
+               "min_freq": data_cfg.min_freq, "skip_bad_rows": data_cfg.skip_bad_rows}
     digest.update(json.dumps(options, sort_keys=True).encode())
     for name in (*SPLITS, "labels"):
         path = getattr(data_cfg, name)
@@ -116,25 +121,61 @@ def default_cache_dir() -> Path:
     return Path(base) / "reltrain"
 
 
-def prepare(data_cfg, progress: bool = False) -> Prepared:
-    """Load the cached tensors for these files and options, building them if needed."""
+def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain") -> Prepared:
+    """Load the cached tensors for these files and options, building them if needed.
+
+    With ``lm_folder`` the text is cut into that pretrained model's subwords, with entity
+    markers, instead of words; there is then no vocabulary of our own.
+    """
     tokenizer = Tokenizer.from_config(data_cfg)
+    lm = None
+    if lm_folder:
+        from reltrain.data.lm import LMTokenizer
+
+        types = _entity_types(data_cfg) if lm_markers == "typed" else None
+        lm = LMTokenizer.from_folder(lm_folder, types)
+        tokenizer_id = "lm:" + hashlib.sha256(lm.fingerprint().encode()).hexdigest()
+    else:
+        tokenizer_id = f"{tokenizer.kind}:lower={tokenizer.lowercase}"
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
-    path = root / cache_key(data_cfg, tokenizer)
+    path = root / cache_key(data_cfg, tokenizer_id)
+    prepared = None
     if (path / "meta.json").is_file():
         try:
             prepared = _load(path)
             prepared.reused = True
-            return prepared
         except (OSError, ValueError, KeyError) as exc:  # a damaged cache is rebuilt, not trusted
             log.warning("preprocessing cache %s is unreadable (%s); rebuilding", path, exc)
-    prepared = _build(data_cfg, tokenizer, progress)
-    _save(prepared, path)
-    prepared.cache_path = path
+    if prepared is None:
+        prepared = _build(data_cfg, lm or tokenizer, progress, with_vocab=lm is None)
+        prepared.meta["tokenizer"] = "lm" if lm else tokenizer.kind
+        _save(prepared, path)
+        prepared.cache_path = path
+    prepared.lm = lm
     return prepared
 
 
-def _build(data_cfg, tokenizer: Tokenizer, progress: bool) -> Prepared:
+def prepare_run(cfg, progress: bool = False) -> Prepared:
+    """``prepare`` with the tokenization the configured model needs."""
+    lm = cfg.model.name == "lm"
+    return prepare(cfg.data, progress, lm_folder=cfg.model.pretrained if lm else "",
+                   lm_markers=cfg.model.lm_markers)
+
+
+def token_identity(prepared: Prepared) -> dict:
+    """What a checkpoint must share with the data to be resumed or used: vocabulary or tokenizer."""
+    if prepared.lm is not None:
+        return {"vocab": None, "lm": {"files": prepared.lm.files(), "types": prepared.lm.types}}
+    return {"vocab": prepared.vocab.tokens, "lm": None}
+
+
+def _entity_types(data_cfg) -> list[str]:
+    """Entity types from the training file's own head_type / tail_type columns."""
+    result = read_records(data_cfg.train, skip_bad_rows=data_cfg.skip_bad_rows)
+    return sorted({t for r in result.records for t in (r.head.type, r.tail.type) if t})
+
+
+def _build(data_cfg, tokenize, progress: bool, with_vocab: bool) -> Prepared:
     given = read_labels(data_cfg.labels) if data_cfg.labels else None
     skip = data_cfg.skip_bad_rows
     train = read_records(data_cfg.train, given, skip_bad_rows=skip)
@@ -146,17 +187,18 @@ def _build(data_cfg, tokenizer: Tokenizer, progress: bool) -> Prepared:
             results[name] = read_records(getattr(data_cfg, name), labels, skip_bad_rows=skip)
     splits, token_lists, meta = {}, {}, {"skipped": {}, "truncated": {}, "rows": {}}
     for name, result in results.items():
-        split, tokens, cut = encode_records(result.records, tokenizer, None, index,
-                                            data_cfg.max_len, progress, desc=f"tokenize {name}")
+        split, tokens, cut = encode_records(result.records, tokenize, None if with_vocab else list,
+                                            index, data_cfg.max_len, progress, desc=f"tokenize {name}")
         splits[name], token_lists[name] = split, tokens
         meta["skipped"][name] = result.skipped
         meta["truncated"][name] = cut
         meta["rows"][name] = len(result.records)
-    vocab = Vocab.build(token_lists["train"], data_cfg.min_freq)
-    for name, split in splits.items():
-        split.token_ids = np.asarray([i for toks in token_lists[name] for i in vocab.encode(toks)],
-                                     dtype=np.int32)
-    meta["tokenizer"] = tokenizer.kind
+    vocab = None
+    if with_vocab:
+        vocab = Vocab.build(token_lists["train"], data_cfg.min_freq)
+        for name, split in splits.items():
+            split.token_ids = np.asarray([i for toks in token_lists[name] for i in vocab.encode(toks)],
+                                         dtype=np.int32)
     return Prepared(vocab=vocab, labels=labels, splits=splits, meta=meta)
 
 
@@ -165,7 +207,8 @@ def _save(prepared: Prepared, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     try:
-        (tmp / "vocab.json").write_text(json.dumps(prepared.vocab.tokens, ensure_ascii=False))
+        if prepared.vocab is not None:
+            (tmp / "vocab.json").write_text(json.dumps(prepared.vocab.tokens, ensure_ascii=False))
         (tmp / "labels.json").write_text(json.dumps(prepared.labels, ensure_ascii=False))
         for name, split in prepared.splits.items():
             split.save(tmp / f"{name}.npz")
@@ -183,6 +226,8 @@ def _load(path: Path) -> Prepared:
     meta = json.loads((path / "meta.json").read_text())
     splits = {name: Split.load(path / f"{name}.npz") for name in SPLITS
               if (path / f"{name}.npz").is_file()}
-    return Prepared(vocab=Vocab(json.loads((path / "vocab.json").read_text())),
+    vocab_file = path / "vocab.json"
+    vocab = Vocab(json.loads(vocab_file.read_text())) if vocab_file.is_file() else None
+    return Prepared(vocab=vocab,
                     labels=json.loads((path / "labels.json").read_text()),
                     splits=splits, meta=meta, cache_path=path)

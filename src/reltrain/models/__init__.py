@@ -12,7 +12,8 @@ _REGISTRY: dict[str, Callable[..., nn.Module]] = {}
 
 
 def register_model(name: str):
-    """Decorator: ``@register_model("cnn")`` on a builder ``(model_cfg, vocab_size, num_labels, pos_limit)``."""
+    """Decorator: ``@register_model("cnn")`` on a builder
+    ``(model_cfg, vocab_size, num_labels, pos_limit, **extra)``."""
     def add(builder):
         if name in _REGISTRY:
             raise ValueError(f"model '{name}' registered twice")
@@ -25,10 +26,19 @@ def model_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def build_model(model_cfg, vocab_size: int, num_labels: int, pos_limit: int) -> nn.Module:
+def build_model(model_cfg, vocab_size: int, num_labels: int, pos_limit: int, **extra) -> nn.Module:
+    """``extra`` carries what only some encoders need (the LM's saved config, say)."""
     if model_cfg.name not in _REGISTRY:
         raise UserError(f"unknown model.name '{model_cfg.name}'; choose one of {', '.join(model_names())}")
-    return _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit)
+    return _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit, **extra)
 
 
-from reltrain.models import cnn  # noqa: E402,F401  (registers cnn and pcnn)
+def model_hf_config(model: nn.Module) -> dict | None:
+    """A pretrained encoder's own config (to rebuild it from a checkpoint), else None."""
+    encoder = getattr(model, "encoder", None)
+    config = getattr(encoder, "config", None)
+    return config.to_dict() if hasattr(config, "to_dict") else None
+
+
+# Importing the encoder modules registers them (lm imports transformers only when built).
+from reltrain.models import cnn, lm, rnn, transformer  # noqa: E402,F401

@@ -11,30 +11,7 @@ import torch.nn as nn
 
 from reltrain.models import register_model
 from reltrain.models.dropout import ExampleDropout
-
-_ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh}
-
-
-class Embeddings(nn.Module):
-    """Word + head-position + tail-position embeddings, concatenated. Index 0 is padding."""
-
-    def __init__(self, vocab_size: int, word_dim: int, pos_dim: int, pos_limit: int):
-        super().__init__()
-        num_positions = 2 * pos_limit + 2  # clipped offsets shifted to 1.., 0 for padding
-        self.word = nn.Embedding(vocab_size, word_dim, padding_idx=0)
-        self.pos_head = nn.Embedding(num_positions, pos_dim, padding_idx=0)
-        self.pos_tail = nn.Embedding(num_positions, pos_dim, padding_idx=0)
-        self.dim = word_dim + 2 * pos_dim
-
-    def forward(self, word, pos_head, pos_tail):
-        return torch.cat([self.word(word), self.pos_head(pos_head), self.pos_tail(pos_tail)], dim=-1)
-
-
-def masked_max(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Max over L of ``h`` (B, H, L) where ``keep`` (B, L) is True; 0 where nothing is kept."""
-    filled = h.masked_fill(~keep[:, None, :], float("-inf"))
-    pooled = filled.max(dim=2).values  # (B, H)
-    return torch.where(keep.any(dim=1, keepdim=True), pooled, torch.zeros_like(pooled))
+from reltrain.models.layers import ACTIVATIONS, Embeddings, masked_max
 
 
 class CNNClassifier(nn.Module):
@@ -51,13 +28,13 @@ class CNNClassifier(nn.Module):
         # "same" padding keeps L, so pooling masks line up with tokens.
         self.convs = nn.ModuleList(nn.Conv1d(self.embed.dim, num_filters, k, padding=k // 2)
                                    for k in kernel_sizes)
-        self.act = _ACTIVATIONS[activation]()
+        self.act = ACTIVATIONS[activation]()
         self.piecewise = piecewise
         hidden = num_filters * len(kernel_sizes) * (3 if piecewise else 1)
         self.dropout = ExampleDropout(dropout)
         self.classifier = nn.Linear(hidden, num_labels)
 
-    def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None):
+    def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None, head=None, tail=None):
         """``noise``: (B,) per-example dropout seeds (see models/dropout.py); None in eval."""
         x = self.embed(word, pos_head, pos_tail).transpose(1, 2)  # (B, D, L)
         h = torch.cat([self.act(conv(x)) for conv in self.convs], dim=1)  # (B, F*K, L)
@@ -70,7 +47,7 @@ class CNNClassifier(nn.Module):
 
 
 def _builder(piecewise: bool):
-    def build(cfg, vocab_size: int, num_labels: int, pos_limit: int) -> CNNClassifier:
+    def build(cfg, vocab_size: int, num_labels: int, pos_limit: int, **_) -> CNNClassifier:
         return CNNClassifier(vocab_size, num_labels, pos_limit, word_dim=cfg.word_dim,
                              pos_dim=cfg.pos_dim, kernel_sizes=tuple(cfg.kernel_sizes),
                              num_filters=cfg.num_filters, activation=cfg.activation,

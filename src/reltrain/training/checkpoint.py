@@ -102,10 +102,10 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
-                 keep: int = 2):
+                 scaler=None, keep: int = 2):
         self.directory = Path(directory)
         self.static, self.model = static, model
-        self.optimizer, self.scheduler, self.keep = optimizer, scheduler, keep
+        self.optimizer, self.scheduler, self.scaler, self.keep = optimizer, scheduler, scaler, keep
 
     def save(self, state: dict, rank_state: dict, best: bool, summary: dict) -> None:
         from reltrain.training import distributed as D
@@ -118,6 +118,8 @@ class Checkpointer:
                    "optimizer": self.optimizer.state_dict(),
                    "scheduler": self.scheduler.state_dict(), "state": state,
                    "rank_states": rank_states}
+        if self.scaler is not None and self.scaler.is_enabled():
+            payload["scaler"] = self.scaler.state_dict()
         if best:  # before last.pt: a crash in between replays the epoch, which rewrites best.pt
             save_checkpoint(self.directory / "best.pt", payload, summary)
         last = self.directory / "last.pt"

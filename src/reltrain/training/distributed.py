@@ -96,12 +96,34 @@ def setup(device: str, dist_cfg) -> DistContext:
         if backend == "nccl" and dev.type != "cuda":
             raise UserError("dist.backend=nccl needs CUDA devices; use gloo on CPU")
         if not dist.is_initialized():
-            dist.init_process_group(backend=backend, timeout=timedelta(seconds=dist_cfg.timeout_s))
+            timeout = timedelta(seconds=dist_cfg.timeout_s)
+            store = _attempt_store(timeout)
+            if store is None:
+                dist.init_process_group(backend=backend, timeout=timeout)
+            else:
+                dist.init_process_group(backend=backend, timeout=timeout, store=store, rank=rank,
+                                        world_size=world_size)
         ctx.backend = backend
     elif strategy == "dp":
         ctx.dp_devices = _dp_devices(dev, list(dist_cfg.dp_devices))
     _ctx = ctx
     return ctx
+
+
+def _attempt_store(timeout: timedelta):
+    """torchrun's shared store, with keys of this restart attempt only, on a single node.
+
+    torchrun (2.x) keeps one TCP store across elastic restarts and its workers write their
+    addresses into it unprefixed, so a restarted rank can read the address of the worker it
+    replaced and fail with "Connection refused". A per-attempt prefix avoids that. Across
+    several nodes the restart counts of the agents may differ, so there the default is kept
+    (set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun instead; see docs/fault-tolerance.md).
+    """
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or _env_int("GROUP_WORLD_SIZE", 1) != 1:
+        return None
+    base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                         is_master=False, timeout=timeout)
+    return dist.PrefixStore(f"reltrain/attempt_{restart_count()}", base)
 
 
 def _dp_devices(dev: torch.device, wanted: list[int]) -> list[int]:

@@ -19,11 +19,11 @@ from reltrain.training.trainer import EpochProgress, TrainState
 log = logging.getLogger(__name__)
 
 
-def find_resume(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str]) -> dict | None:
+def find_resume(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
     """The checkpoint to continue from (on every rank), or None for a fresh start."""
     if D.is_main():
         try:
-            found = ("ok", _pick(cfg, run_dir, vocab, labels))
+            found = ("ok", _pick(cfg, run_dir, identity))
         except UserError as exc:
             found = ("error", str(exc))
     else:
@@ -34,7 +34,7 @@ def find_resume(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str])
     return value
 
 
-def _pick(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str]) -> dict | None:
+def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
     directory = run_dir / "checkpoints"
     if cfg.resume == "never":
         if (directory / "last.pt").exists():
@@ -45,7 +45,7 @@ def _pick(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str]) -> di
     for path in candidates:
         try:
             payload = load_checkpoint(path)
-            check_compatible(payload, path, cfg, vocab, labels)
+            check_compatible(payload, path, cfg, identity)
         except UserError as exc:
             if explicit or "does not match" in str(exc):
                 raise
@@ -61,8 +61,7 @@ def _pick(cfg: Config, run_dir: Path, vocab: list[str], labels: list[str]) -> di
     return None
 
 
-def check_compatible(payload: dict, path: Path, cfg: Config, vocab: list[str],
-                     labels: list[str]) -> None:
+def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> None:
     """A checkpoint of another model, vocabulary or label set is a clear error."""
     state_keys = {f.name for f in fields(TrainState)}
     if (not isinstance(payload.get("state"), dict) or not state_keys <= set(payload["state"])
@@ -77,9 +76,9 @@ def check_compatible(payload: dict, path: Path, cfg: Config, vocab: list[str],
                 raise UserError(f"{path}: does not match this run: {section}.{key} was "
                                 f"{was[key]!r}, now {now[key]!r} (use another output_dir, "
                                 f"or resume=never to overwrite)")
-    if payload.get("labels") != labels:
+    if payload.get("labels") != identity["labels"]:
         raise UserError(f"{path}: does not match this run: it was trained on another label set")
-    if payload.get("vocab") != vocab:
+    if payload.get("vocab") != identity["vocab"] or payload.get("lm") != identity["lm"]:
         raise UserError(f"{path}: does not match this run: it was trained with another vocabulary "
                         f"(different training data or preprocessing options)")
     for key in ("batch_size", "seed"):
@@ -88,7 +87,7 @@ def check_compatible(payload: dict, path: Path, cfg: Config, vocab: list[str],
                         "uninterrupted one", key, path)
 
 
-def restore(payload: dict, model, optimizer, scheduler, trainer) -> TrainState:
+def restore(payload: dict, model, optimizer, scheduler, trainer, scaler=None) -> TrainState:
     """Put a checkpoint's training state into freshly built objects (model before wrapping)."""
     from reltrain.training.checkpoint import restore_rng
 
@@ -105,6 +104,8 @@ def restore(payload: dict, model, optimizer, scheduler, trainer) -> TrainState:
                     saved_world, ctx.world_size, state.epoch)
     optimizer.load_state_dict(payload["optimizer"])
     scheduler.load_state_dict(payload["scheduler"])
+    if scaler is not None and "scaler" in payload:
+        scaler.load_state_dict(payload["scaler"])
     rank_states = payload["rank_states"]
     mine = rank_states[ctx.rank % len(rank_states)]
     restore_rng(mine["rng"])

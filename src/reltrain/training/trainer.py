@@ -43,10 +43,12 @@ class EpochProgress:
 
 
 class Trainer:
-    def __init__(self, model: nn.Module, optimizer, scheduler, loss_fn: nn.Module, train_loader,
+    def __init__(self, model: nn.Module, optimizer, schedule, loss_fn: nn.Module, train_loader,
                  valid_set, labels: list[str], train_cfg, checkpointer, callbacks=(),
-                 progress: bool = False, every_steps: int = 0, stop=None):
-        self.model, self.optimizer, self.scheduler = model, optimizer, scheduler
+                 progress: bool = False, every_steps: int = 0, stop=None,
+                 amp: torch.dtype | None = None, scaler=None):
+        self.model, self.optimizer, self.schedule = model, optimizer, schedule
+        self.amp, self.scaler = amp, scaler
         self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
         self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
         self.callbacks, self.progress = list(callbacks), progress
@@ -120,13 +122,18 @@ class Trainer:
     def _run_batch(self, batch, step: int) -> torch.Tensor:
         # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.
         noise = example_noise_seeds(self.cfg.seed, step, batch.index)
-        logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
-        loss = self.loss_fn(logits, batch.label)
+        with torch.autocast(self.ctx.device.type, dtype=self.amp or torch.float32,
+                            enabled=self.amp is not None):
+            logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
+            loss = self.loss_fn(logits.float(), batch.label)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        self.scaler.scale(loss).backward()  # the scaler is a pass-through unless fp16
         if self.cfg.grad_clip:
+            self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.optimizer.step()
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.schedule.after_step()
         return loss.detach()
 
     def _validate(self, epoch: int, state: TrainState, record: dict) -> bool:
@@ -149,6 +156,6 @@ class Trainer:
             state.bad_epochs = 0
         else:
             state.bad_epochs += 1
-        self.scheduler.step(value)
+        self.schedule.after_epoch(value)
         record["best"] = improved
         return improved

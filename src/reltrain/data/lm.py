@@ -1,0 +1,101 @@
+"""Subword input for pretrained encoders: entity markers, exact offsets, a window around them.
+
+Markers are inserted into the text at the entities' character offsets and added to the
+tokenizer as special tokens, so each is one token whose offset is known exactly; the head and
+tail spans are the token positions of their opening and closing markers.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from reltrain.data.schema import Record
+from reltrain.data.tokenize import Tokenized, truncate
+from reltrain.errors import UserError
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
+
+
+def _markers(role: str, type_: str | None) -> tuple[str, str]:
+    tag = f"{role}:{type_}" if type_ else role
+    return f"[{tag}]", f"[/{tag}]"
+
+
+class LMTokenizer:
+    """A Hugging Face fast tokenizer with entity markers; ``types`` enables typed markers."""
+
+    def __init__(self, hf_tokenizer, types: list[str] | None = None):
+        if not getattr(hf_tokenizer, "is_fast", False):
+            raise UserError("model.pretrained needs a fast tokenizer (tokenizer.json) for exact "
+                            "character offsets")
+        self.hf, self.types = hf_tokenizer, sorted(types) if types else None
+        markers = [m for role in ("E1", "E2") for m in _markers(role, None)]
+        for t in self.types or ():
+            markers += [m for role in ("E1", "E2") for m in _markers(role, t)]
+        self.hf.add_special_tokens({"additional_special_tokens": markers},
+                                   replace_additional_special_tokens=False)
+        wrapped = self.hf.build_inputs_with_special_tokens([-7])
+        self.prefix, self.suffix = wrapped[:wrapped.index(-7)], wrapped[wrapped.index(-7) + 1:]
+        self.pad_id = self.hf.pad_token_id or 0
+
+    @classmethod
+    def from_folder(cls, folder: str | Path, types: list[str] | None = None) -> "LMTokenizer":
+        from transformers import AutoTokenizer
+
+        try:
+            hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
+        except (OSError, ValueError) as exc:
+            raise UserError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
+        return cls(hf, types)
+
+    @classmethod
+    def from_files(cls, files: dict[str, str], types: list[str] | None = None) -> "LMTokenizer":
+        """Rebuild from the files a checkpoint carries (no model folder needed)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, text in files.items():
+                (Path(tmp) / name).write_text(text, encoding="utf-8")
+            return cls.from_folder(tmp, types)
+
+    def files(self) -> dict[str, str]:
+        """The tokenizer's own files (markers included) as text, to store in a checkpoint."""
+        with tempfile.TemporaryDirectory() as tmp:
+            self.hf.save_pretrained(tmp)
+            return {p.name: p.read_text(encoding="utf-8") for p in Path(tmp).iterdir()
+                    if p.name in TOKENIZER_FILES}
+
+    def fingerprint(self) -> str:
+        return json.dumps([sorted(self.files().items()), self.types])
+
+    def __len__(self) -> int:
+        return len(self.hf)
+
+    def __call__(self, record: Record, max_len: int) -> Tokenized:
+        h, t = record.head, record.tail
+        typed = self.types is not None
+        h_open, h_close = _markers("E1", h.type if typed and h.type in self.types else None)
+        t_open, t_close = _markers("E2", t.type if typed and t.type in self.types else None)
+        # At one position: closing markers first (inner before outer), then opening ones
+        # (outer before inner), so nested and adjacent entities stay well bracketed.
+        inserts = sorted([(h.start, 1, -h.end, h_open, "h0"), (h.end, 0, -h.start, h_close, "h1"),
+                          (t.start, 1, -t.end, t_open, "t0"), (t.end, 0, -t.start, t_close, "t1")])
+        text, pieces, at, where = record.text, [], 0, {}
+        length = 0
+        for pos, _, _, marker, key in inserts:
+            pieces.append(text[at:pos])
+            length += pos - at
+            pieces.append(f" {marker} ")
+            where[key] = length + 1
+            length += len(marker) + 2
+            at = pos
+        pieces.append(text[at:])
+        enc = self.hf("".join(pieces), add_special_tokens=False, return_offsets_mapping=True)
+        starts = {s: i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s}
+        pos = {key: starts[c] for key, c in where.items()}
+        head, tail = (pos["h0"], pos["h1"] + 1), (pos["t0"], pos["t1"] + 1)
+        cut = truncate(enc["input_ids"], head, tail, max_len - len(self.prefix) - len(self.suffix))
+        k = len(self.prefix)
+        return Tokenized(self.prefix + cut.tokens + self.suffix, (cut.head[0] + k, cut.head[1] + k),
+                         (cut.tail[0] + k, cut.tail[1] + k), cut.truncated)

@@ -1,0 +1,54 @@
+"""Pretrained-encoder relation classifier: the states at the head and tail start markers,
+concatenated (the R-BERT / OpenNRE "entity" recipe), or the first ([CLS]) state.
+
+Letters: B batch, L subword tokens, H encoder width, C relations.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+
+from reltrain.models import register_model
+from reltrain.models.dropout import ExampleDropout
+
+
+class LMClassifier(nn.Module):
+    def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "entity",
+                 dropout: float = 0.1):
+        super().__init__()
+        self.encoder, self.pooling = encoder, pooling
+        width = encoder.config.hidden_size * (2 if pooling == "entity" else 1)
+        self.dropout = ExampleDropout(dropout)
+        self.classifier = nn.Linear(width, num_labels)
+
+    def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None, head=None, tail=None):
+        h = self.encoder(input_ids=word, attention_mask=mask.long()).last_hidden_state  # (B, L, H)
+        if self.pooling == "entity":
+            rows = torch.arange(h.size(0), device=h.device)
+            rep = torch.cat([h[rows, head[:, 0]], h[rows, tail[:, 0]]], dim=-1)  # (B, 2H)
+        else:
+            rep = h[:, 0]  # (B, H)
+        return self.classifier(self.dropout(rep, noise))  # (B, C)
+
+
+@register_model("lm")
+def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: dict | None = None,
+             **_) -> LMClassifier:
+    """From ``cfg.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
+    checkpoint, weights loaded afterwards) when loading, so no model folder is needed then."""
+    import transformers
+    from transformers import AutoConfig, AutoModel
+
+    transformers.logging.set_verbosity_error()  # "some weights were not used": the pooler, expected
+    if hf_config is None:
+        encoder = AutoModel.from_pretrained(cfg.pretrained, local_files_only=True)
+    else:
+        config = dict(hf_config)
+        encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+    if encoder.get_input_embeddings().num_embeddings != vocab_size:
+        encoder.resize_token_embeddings(vocab_size)  # room for the entity markers
+    if getattr(encoder, "pooler", None) is not None:
+        # Unused here; parameters without gradients would stall DDP without find_unused_parameters.
+        encoder.pooler = None
+    return LMClassifier(encoder, num_labels, cfg.lm_pooling, cfg.dropout)
