@@ -163,3 +163,15 @@ def test_a_failing_rank_stops_the_job(odd_data, tmp_path):
                   "dist.timeout_s=60", f"output_dir={tmp_path / 'run'}"], timeout=180)
     assert result.returncode != 0
     assert "injected failure on rank 1" in result.stdout + result.stderr
+
+
+def test_data_parallel_without_gpus_says_so_and_trains(odd_data, tmp_path):
+    result = ok(single("train", "dist.strategy=dp", *data_overrides(odd_data), *COMMON,
+                       "train.epochs=1", f"output_dir={tmp_path}"))
+    assert "dist.strategy=dp needs GPUs" in result.stderr
+    assert json.loads((tmp_path / "summary.json").read_text())["strategy"] == "dp"
+
+
+def test_strategy_ddp_without_a_launcher_is_a_clear_error(odd_data, tmp_path):
+    result = single("train", "dist.strategy=ddp", *data_overrides(odd_data), f"output_dir={tmp_path}")
+    assert result.returncode == 2 and "needs a launcher" in result.stderr

@@ -28,11 +28,13 @@ def test_model_code_never_touches_distribution():
                 assert node.value not in ("RANK", "LOCAL_RANK", "WORLD_SIZE"), path
 
 
-@pytest.mark.parametrize("name", ["cnn", "pcnn"])
-def test_forward_shape_and_padding_invariance(name):
+@pytest.mark.parametrize("name,pooling", [("cnn", ""), ("pcnn", ""), ("transformer", ""),
+                                          ("bilstm", "attention"), ("bilstm", "max"),
+                                          ("bilstm", "last")])
+def test_forward_shape_and_padding_invariance(name, pooling):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, dropout=0.0), vocab_size=50, num_labels=4,
-                        pos_limit=5).eval()
+    model = build_model(ModelConfig(name=name, dropout=0.0, pooling=pooling or "attention"),
+                        vocab_size=50, num_labels=4, pos_limit=5).eval()
     split = make_split([6, 3], [(0, 2), (1, 2)], [(4, 5), (2, 3)])
     split.token_ids = split.token_ids % 50
     data = RelationDataset(split, pos_limit=5)
@@ -51,6 +53,21 @@ def test_pcnn_handles_empty_piece():
 
 
 def test_registry_names_and_unknown_model():
-    assert {"cnn", "pcnn"} <= set(model_names())
+    assert {"cnn", "pcnn", "bilstm", "transformer", "lm"} <= set(model_names())
     with pytest.raises(UserError, match="unknown model.name 'nope'"):
         build_model(ModelConfig(name="nope"), 10, 2, 5)
+
+
+def test_example_dropout_masks_follow_examples_not_batches():
+    from reltrain.models.dropout import ExampleDropout, example_noise_seeds
+
+    drop = ExampleDropout(0.5).train()
+    x = torch.ones(6, 40)
+    index = torch.tensor([3, 9, 4, 0, 7, 1])
+    noise = example_noise_seeds(seed=1, step=5, index=index)
+    whole = drop(x, noise)
+    parts = torch.cat([drop(x[:2], noise[:2]), drop(x[2:], noise[2:])])
+    assert torch.equal(whole, parts)  # the same masks however the batch is split
+    assert 0.3 < (whole == 0).float().mean() < 0.7 and set(whole.unique().tolist()) == {0.0, 2.0}
+    other_step = drop(x, example_noise_seeds(seed=1, step=6, index=index))
+    assert not torch.equal(whole, other_step)

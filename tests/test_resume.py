@@ -92,7 +92,8 @@ def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_e
     assert first.returncode == 143, first.stderr[-2000:]
     assert "run the same command" in first.stderr
     saved = torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]
-    assert saved["step"] == 21 and saved["epoch"] == 2 and saved["batch_in_epoch"] == 6
+    # signalled during step 20; the stop is agreed during the next step: saved after step 22
+    assert saved["step"] == 22 and saved["epoch"] == 2 and saved["batch_in_epoch"] == 7
     second = run(cmd, env)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "resuming from" in second.stderr
@@ -135,7 +136,7 @@ def test_sigterm_on_one_rank_stops_all_consistently(ddp_reference, small_en, tmp
     env = {"AT_STEP": "17", "SIGNAL": "SIGTERM", "SIGNAL_RANK": "1", "MARKER": str(tmp_path / "m")}
     first = torchrun(args, env)
     assert first.returncode != 0
-    assert torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]["step"] == 18
+    assert torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]["step"] == 19
     second = torchrun(args, env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert_same_run(ddp_reference, out)

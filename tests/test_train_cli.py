@@ -1,6 +1,7 @@
 """End to end through the CLI: train, evaluate, predict, and user errors."""
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,20 @@ def test_config_errors_and_help(capsys):
     for key in ("data.train", "model.name", "train.epochs", "train.batch_size", "train.lr",
                 "train.seed", "device", "output_dir"):
         assert key in text
+
+
+def test_shipped_configs_load(tmp_path):
+    from reltrain.config import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    for path in sorted((root / "configs").glob("*.yaml")):
+        if "deepke-zh" in path.name and not (root.parent / "shared" / "data" / "deepke-zh").is_dir():
+            continue
+        overrides = [f"model.pretrained={tmp_path}"] if "lm" in path.name or "minilm" in path.name else []
+        cwd = Path.cwd()
+        try:
+            os.chdir(root)  # recipes use paths relative to the repository root
+            cfg = load_config(str(path), overrides)
+        finally:
+            os.chdir(cwd)
+        assert cfg.model.name in ("cnn", "pcnn", "bilstm", "transformer", "lm"), path

@@ -235,13 +235,23 @@ def main_first():
     yield
 
 
-def any_rank(flag: int) -> int:
-    """The largest ``flag`` over all ranks (e.g. a signal number seen by any of them)."""
+def start_vote(flag: int):
+    """Begin agreeing on the largest ``flag`` over all ranks (e.g. a signal number seen by any).
+
+    Returns a function that gives the result. The all-reduce runs in the background, so a vote
+    started after one step and read after the next costs no waiting; every rank reads the same
+    result at the same step.
+    """
     if _ctx.strategy != "ddp":
-        return flag
+        return lambda: flag
     t = torch.tensor([flag], dtype=torch.int64, device=_ctx.device if _ctx.backend == "nccl" else "cpu")
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return int(t.item())
+    work = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+
+    def result() -> int:
+        work.wait()
+        return int(t.item())
+
+    return result
 
 
 def launcher_run_id() -> str | None:

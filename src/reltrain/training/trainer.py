@@ -96,6 +96,9 @@ class Trainer:
         bar = tqdm(self.train_loader, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch",
                    initial=state.batch_in_epoch, total=sampler.num_batches,
                    disable=not self.progress, leave=False)
+        # A stop request is voted on over all ranks in the background during the next step, so
+        # every rank stops after the same step, one step after the signal arrived.
+        vote = None
         for batch in bar:
             loss = self._run_batch(batch.to(self.ctx.device, non_blocking=True), state.step)
             total += loss * len(batch)
@@ -104,13 +107,13 @@ class Trainer:
             state.batch_in_epoch += 1
             if self.progress and state.step % 10 == 0:
                 bar.set_postfix(loss=f"{total.item() / examples:.4f}")
-            signum = D.any_rank(self.stop.signum if self.stop else 0)
+            signum = vote() if vote else 0
+            vote = D.start_vote(self.stop.signum if self.stop else 0)
             if signum or (self.every_steps and state.step % self.every_steps == 0):
-                self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
-                self._save(state, best=False, summary={"epoch": epoch, "step": state.step})
-                if signum:
-                    raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
+                self._save_mid_epoch(state, epoch, total, examples, start, signum)
         bar.close()
+        if vote and (signum := vote()):
+            self._save_mid_epoch(state, epoch, total, examples, start, signum)
         seconds = time.perf_counter() - start
         loss = D.mean_over_ranks(total.item() / max(examples, 1))
         if not math.isfinite(loss):
@@ -118,6 +121,12 @@ class Trainer:
         return {"epoch": epoch, "train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
                 "step": state.step, "train_seconds": seconds,
                 "train_sent_per_s": examples * self.ctx.world_size / seconds}
+
+    def _save_mid_epoch(self, state, epoch, total, examples, start, signum: int) -> None:
+        self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
+        self._save(state, best=False, summary={"epoch": epoch, "step": state.step})
+        if signum:
+            raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
 
     def _run_batch(self, batch, step: int) -> torch.Tensor:
         # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.

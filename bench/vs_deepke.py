@@ -1,15 +1,17 @@
-"""reltrain's CNN/PCNN against DeepKE's own training loop, side by side, same data, same run.
+"""reltrain's encoders against DeepKE's own training loop, side by side, same data, same run.
 
     pip install --no-deps deepke==2.2.7        # once, in the same environment
-    python bench/cnn_vs_deepke.py --epochs 10 --models cnn pcnn
+    python bench/vs_deepke.py --epochs 10 --models cnn pcnn
+    python bench/vs_deepke.py --epochs 10 --models bilstm transformer --deepke-epochs transformer=2
+    python bench/vs_deepke.py --epochs 5 --models lm --lm-folder PATH   # no DeepKE counterpart run
 
 Each side runs in its own process (so peak RSS is its own) with torch's default 2 threads on
 this 2-core machine. Printed per side: training throughput (sentences/s, median of the epochs
 after the first), evaluation throughput (valid + test sentences/s), peak RSS, and test macro-F1
 at the epoch with the best validation macro-F1 (never selected on test).
 
-DeepKE runs as shipped: its preprocess, CustomDataset, collate_fn, PCNN model and its train /
-validate functions, with its documented defaults (../shared/data/README.md) and
+DeepKE runs as shipped: its preprocess, CustomDataset, collate_fn, its PCNN (cnn, pcnn), BiLSTM
+and Transformer models and its train / validate functions, with its documented defaults (../shared/data/README.md) and
 ``replace_entity_with_type=False``, because the default looks entity types up from the gold
 relation and so leaks the answer. Only imports that fail here are patched: ``deepke/__init__``
 (it imports every sub-package) is bypassed with namespace stubs, and ``transformers`` (used by
@@ -39,7 +41,8 @@ def peak_rss_mb() -> float:
 
 
 # ----------------------------------------------------------------------------- reltrain side
-def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: Path) -> dict:
+def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: Path,
+                 extra: list[str]) -> dict:
     import torch
 
     from reltrain.config import load_config
@@ -52,7 +55,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
         f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
         "data.language=zh", f"data.cache_dir={workdir / 'cache'}", f"model.name={model}",
         f"train.epochs={epochs}", f"train.batch_size={batch_size}", "log.progress=false",
-        "log.plots=false", f"output_dir={workdir / ('reltrain-' + model)}"])
+        "log.plots=false", f"output_dir={workdir / ('reltrain-' + model)}", *extra])
     summary = run_train(cfg)
     # Evaluation throughput: the best checkpoint over valid + test, as the CLI would load it.
     predictor = Predictor.from_checkpoint(summary["checkpoints"]["best"])
@@ -90,23 +93,32 @@ def _import_deepke_standard():
     return standard
 
 
+DEEPKE_NAMES = {"cnn": "cnn", "pcnn": "cnn", "bilstm": "rnn", "transformer": "transformer"}
+
+
 def deepke_config(data: Path, out: Path, model: str, epochs: int, batch_size: int):
     from omegaconf import OmegaConf
 
+    dropout = {"bilstm": 0.3, "transformer": 0.1}.get(model, 0.3)
     return OmegaConf.create({
-        "cwd": "/", "data_path": str(data), "out_path": str(out), "model_name": "cnn",
+        "cwd": "/", "data_path": str(data), "out_path": str(out), "model_name": DEEPKE_NAMES[model],
         "use_pcnn": model == "pcnn", "chinese_split": True, "replace_entity_with_type": False,
         "replace_entity_with_scope": True, "min_freq": 3, "pos_limit": 30, "seed": 1,
         "epoch": epochs, "batch_size": batch_size, "learning_rate": 3e-4, "lr_factor": 0.7,
         "lr_patience": 3, "weight_decay": 1e-3, "early_stopping_patience": 6, "word_dim": 60,
         "pos_dim": 10, "dim_strategy": "sum", "num_relations": 11, "out_channels": 100,
         "kernel_sizes": [3, 5, 7], "activation": "gelu", "pooling_strategy": "max",
-        "keep_length": True, "dropout": 0.3, "intermediate": 80, "train_log": False,
+        "keep_length": True, "dropout": dropout, "intermediate": 80, "train_log": False,
+        "type_rnn": "LSTM", "hidden_size": 150 if model == "bilstm" else 60, "num_layers": 2,
+        "bidirectional": True, "last_layer_hn": True, "num_heads": 4, "num_hidden_layers": 3,
+        "intermediate_size": 256, "hidden_act": "gelu_new", "layer_norm_eps": 1e-12,
+        "output_attentions": False, "output_hidden_states": False,
         "log_interval": 10, "show_plot": False, "only_comparison_plot": False,
         "plot_utils": "matplot", "use_gpu": False})
 
 
-def run_deepke(data: Path, model: str, epochs: int, batch_size: int, workdir: Path) -> dict:
+def run_deepke(data: Path, model: str, epochs: int, batch_size: int, workdir: Path,
+               extra: list[str]) -> dict:
     import logging
 
     import torch
@@ -126,7 +138,10 @@ def run_deepke(data: Path, model: str, epochs: int, batch_size: int, workdir: Pa
         ds = standard.CustomDataset(str(out / f"{name}.pkl"))
         loaders[name] = DataLoader(ds, batch_size=cfg.batch_size, shuffle=name == "train",
                                    collate_fn=standard.collate_fn(cfg))
-    net = standard.PCNN(cfg)
+    # standard.Transformer is the encoder block (module/ is star-imported after models/).
+    models = standard.models
+    net = {"cnn": models.PCNN, "rnn": models.BiLSTM,
+           "transformer": models.Transformer}[cfg.model_name](cfg)
     optimizer = torch.optim.Adam(net.parameters(), lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
     scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, factor=cfg.lr_factor,
                                                            patience=cfg.lr_patience)
@@ -157,14 +172,19 @@ def run_deepke(data: Path, model: str, epochs: int, batch_size: int, workdir: Pa
 # ----------------------------------------------------------------------------- driver
 def child(args) -> None:
     fn = run_reltrain if args.child == "reltrain" else run_deepke
-    result = fn(Path(args.data).resolve(), args.models[0], args.epochs, args.batch_size, Path(args.workdir))
+    result = fn(Path(args.data).resolve(), args.models[0], args.epochs, args.batch_size,
+                Path(args.workdir), args.extra)
     print("RESULT " + json.dumps(result), flush=True)
 
 
 def spawn(side: str, model: str, args, workdir: Path) -> dict:
+    epochs = args.epochs
+    if side == "deepke" and model in args.deepke_epochs:
+        epochs = args.deepke_epochs[model]
+    extra = [f"model.pretrained={args.lm_folder}"] if model == "lm" else []
     cmd = [sys.executable, __file__, "--child", side, "--models", model, "--epochs",
-           str(args.epochs), "--batch-size", str(args.batch_size), "--data", str(args.data),
-           "--workdir", str(workdir)]
+           str(epochs), "--batch-size", str(args.batch_size), "--data", str(args.data),
+           "--workdir", str(workdir), *(f"--extra={e}" for e in extra)]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
@@ -178,29 +198,36 @@ def main() -> None:
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--models", nargs="+", default=["cnn", "pcnn"], choices=["cnn", "pcnn"])
+    p.add_argument("--models", nargs="+", default=["cnn", "pcnn"],
+                   choices=["cnn", "pcnn", "bilstm", "transformer", "lm"])
+    p.add_argument("--deepke-epochs", nargs="*", default=[], metavar="MODEL=N",
+                   help="fewer epochs for a slow DeepKE model (its Transformer: ~7 min an epoch)")
+    p.add_argument("--lm-folder", default="", help="model.pretrained for --models lm")
+    p.add_argument("--extra", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--skip-deepke", action="store_true")
     p.add_argument("--child", choices=["reltrain", "deepke"], help=argparse.SUPPRESS)
     p.add_argument("--workdir", help=argparse.SUPPRESS)
     args = p.parse_args()
+    args.deepke_epochs = {k: int(v) for k, v in (x.split("=") for x in args.deepke_epochs)}
     if args.child:
         return child(args)
-    print(f"data {args.data}; {args.epochs} epochs, batch {args.batch_size}; "
+    print(f"data {args.data}; {args.epochs} epochs ({args.deepke_epochs or 'same'} for DeepKE), "
+          f"batch {args.batch_size}; "
           f"{os.cpu_count()} CPU cores", flush=True)
-    header = f"{'model':<6}{'side':<10}{'train sent/s':>13}{'eval sent/s':>13}{'peak RSS MB':>13}" \
+    header = f"{'model':<12}{'side':<10}{'train sent/s':>13}{'eval sent/s':>13}{'peak RSS MB':>13}" \
              f"{'test macro-F1':>15}{'best ep':>9}"
     rows = []
     with tempfile.TemporaryDirectory(prefix="reltrain-bench-") as tmp:
         for model in args.models:
-            sides = ["reltrain"] + ([] if args.skip_deepke else ["deepke"])
+            sides = ["reltrain"] + ([] if args.skip_deepke or model == "lm" else ["deepke"])
             results = {side: spawn(side, model, args, Path(tmp)) for side in sides}
             for r in results.values():
-                rows.append(f"{model:<6}{r['side']:<10}{r['train_sent_per_s']:>13.1f}"
+                rows.append(f"{model:<12}{r['side']:<10}{r['train_sent_per_s']:>13.1f}"
                             f"{r['eval_sent_per_s']:>13.1f}{r['peak_rss_mb']:>13.0f}"
                             f"{r['test_macro_f1']:>15.4f}{r['best_epoch']:>9}")
             if "deepke" in results:
                 ratio = results["reltrain"]["train_sent_per_s"] / results["deepke"]["train_sent_per_s"]
-                rows.append(f"{model:<6}{'ratio':<10}{ratio:>12.1f}x"
+                rows.append(f"{model:<12}{'ratio':<10}{ratio:>12.1f}x"
                             f"{results['reltrain']['eval_sent_per_s'] / results['deepke']['eval_sent_per_s']:>12.1f}x")
             print("\n".join([header, *rows]), flush=True)
             rows = []

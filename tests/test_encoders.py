@@ -1,0 +1,162 @@
+"""Every encoder trains, evaluates, predicts, resumes and runs under 2-process gloo DDP."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import reltrain
+from reltrain.cli import main
+from reltrain.data.lm import LMTokenizer
+from reltrain.data.schema import Entity, Record
+from reltrain.data.vectors import load_word_vectors
+from reltrain.data.vocab import Vocab
+
+from conftest import ROOT, data_overrides
+
+pytestmark = pytest.mark.slow
+
+SMALL = {"bilstm": ["model.rnn_hidden=32", "model.rnn_layers=1"],
+         "transformer": ["model.tf_dim=32", "model.tf_layers=1", "model.tf_ff=64"]}
+BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16"]
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    """A randomly initialised 2-layer BERT with a fast tokenizer, saved like any model folder."""
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    from reltrain.examples import EXAMPLE_DIR
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    words = set()
+    for line in (EXAMPLE_DIR / "train.jsonl").read_text().splitlines():
+        words.update(json.loads(line)["text"].lower().split())
+    chinese = "张玲导演说很满意红楼的拍摄谢万松湖北省武汉市人"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words), *chinese]
+    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    return str(folder)
+
+
+def encoder_args(name: str, tiny_bert: str) -> list[str]:
+    if name == "lm":
+        return ["model.name=lm", f"model.pretrained={tiny_bert}", "train.encoder_lr=1e-3"]
+    return [f"model.name={name}", *SMALL[name]]
+
+
+@pytest.mark.parametrize("name", ["bilstm", "transformer", "lm"])
+def test_encoder_trains_resumes_evaluates_predicts(name, small_en, tiny_bert, tmp_path, capsys):
+    args = [*data_overrides(small_en), *BASE, *encoder_args(name, tiny_bert), f"output_dir={tmp_path}"]
+    assert main(["train", *args, "train.epochs=1"]) == 0
+    assert main(["train", *args, "train.epochs=2"]) == 0  # resumes the finished first epoch
+    history = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in history] == [1, 2] and history[1]["train_loss"] < history[0]["train_loss"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    capsys.readouterr()
+    assert main(["evaluate", str(tmp_path / "checkpoints/best.pt"), small_en["test"]]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["macro_f1"] == summary["test"]["macro_f1"]
+    model = reltrain.load(tmp_path / "checkpoints/best.pt")
+    out = model.predict_text("Alice Moreau was born in Dunmore .", "Alice Moreau", "Dunmore")
+    assert out["relation"] in model.labels and len(out["top_k"]) == 3
+
+
+@pytest.mark.parametrize("name", ["bilstm", "transformer", "lm"])
+def test_encoder_under_two_process_ddp(name, small_en, tiny_bert, tmp_path):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "reltrain", "train", *data_overrides(small_en), *BASE, "train.epochs=1",
+         "train.batch_size=8", *encoder_args(name, tiny_bert), f"output_dir={tmp_path}"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["world_size"] == 2 and summary["global_batch_size"] == 16
+    ckpt = torch.load(tmp_path / "checkpoints/best.pt", weights_only=True)
+    assert not any(k.startswith("module.") for k in ckpt["model"])
+
+
+def rec(text: str, head: tuple[int, int], tail: tuple[int, int]) -> Record:
+    return Record(text, Entity(text[head[0]:head[1]], *head), Entity(text[tail[0]:tail[1]], *tail),
+                  None, "x:1")
+
+
+def marked(tok: LMTokenizer, out, span) -> list[str]:
+    return tok.hf.convert_ids_to_tokens(out.tokens[span[0]:span[1]])
+
+
+@pytest.mark.parametrize("text,head,tail,head_tokens,tail_tokens", [
+    ("alice moreau was born in dunmore", (0, 12), (25, 32), ["alice", "moreau"], ["dunmore"]),
+    ("张玲导演说，张玲很满意红楼的拍摄", (11, 13), (6, 8), ["红", "楼"], ["张", "玲"]),
+    ("dunmore is where alice moreau was born", (17, 29), (0, 7), ["alice", "moreau"], ["dunmore"]),
+])
+def test_lm_offsets_map_exactly_to_subwords(tiny_bert, text, head, tail, head_tokens, tail_tokens):
+    tok = LMTokenizer.from_folder(tiny_bert)
+    out = tok(rec(text, head, tail), max_len=64)
+    assert marked(tok, out, out.head) == ["[E1]", *head_tokens, "[/E1]"]
+    assert marked(tok, out, out.tail) == ["[E2]", *tail_tokens, "[/E2]"]
+    assert tok.hf.convert_ids_to_tokens(out.tokens[:1]) == ["[CLS]"]
+    assert tok.hf.convert_ids_to_tokens(out.tokens[-1:]) == ["[SEP]"]
+
+
+def test_lm_window_is_placed_around_the_entities(tiny_bert):
+    tok = LMTokenizer.from_folder(tiny_bert)
+    filler = " ".join(["was"] * 80)
+    text = f"{filler} alice moreau was born in dunmore {filler}"
+    start = len(filler) + 1
+    out = tok(rec(text, (start, start + 12), (start + 25, start + 32)), max_len=32)
+    assert len(out.tokens) == 32 and out.truncated
+    assert marked(tok, out, out.head) == ["[E1]", "alice", "moreau", "[/E1]"]
+    assert marked(tok, out, out.tail) == ["[E2]", "dunmore", "[/E2]"]
+
+
+def test_word_vectors_text_and_binary(tmp_path):
+    vocab = Vocab(["<pad>", "<unk>", "alice", "Dunmore", "zebra"])
+    text = tmp_path / "vec.txt"
+    text.write_text("3 2\nalice 1 2\ndunmore 3 4\nother 5 6\n")
+    vectors, found = load_word_vectors(text, vocab, 2)
+    assert found.tolist() == [False, False, True, True, False]
+    np.testing.assert_array_equal(vectors[3], [3, 4])  # matched through lower case
+    binary = tmp_path / "vec.bin"
+    with open(binary, "wb") as f:
+        f.write(b"2 2\n")
+        for word, vec in (("zebra", [7, 8]), ("alice", [1, 1])):
+            f.write(word.encode() + b" " + np.asarray(vec, dtype=np.float32).tobytes() + b"\n")
+    vectors, found = load_word_vectors(binary, vocab, 2)
+    assert found.tolist() == [False, False, True, False, True]
+    np.testing.assert_array_equal(vectors[4], [7, 8])
+    from reltrain.errors import DataError
+
+    with pytest.raises(DataError, match="set model.word_dim=2"):
+        load_word_vectors(text, vocab, 3)
+
+
+def test_frozen_pretrained_vectors_stay_fixed(small_en, tmp_path):
+    from reltrain.data.readers import read_records
+
+    words = sorted({w for r in read_records(small_en["train"]).records for w in r.text.lower().split()})
+    vec = tmp_path / "glove.txt"
+    rng = np.random.default_rng(0)
+    vec.write_text("".join(f"{w} " + " ".join(f"{x:.4f}" for x in rng.normal(size=8)) + "\n"
+                           for w in words))
+    out = tmp_path / "run"
+    assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=1", "model.word_dim=8",
+                 f"model.word_vectors={vec}", "model.freeze_embeddings=true", f"output_dir={out}"]) == 0
+    weights = torch.load(out / "checkpoints/last.pt", weights_only=True)["model"]["embed.word.weight"]
+    vocab = torch.load(out / "checkpoints/last.pt", weights_only=True)["vocab"]
+    first = dict(line.split(" ", 1) for line in vec.read_text().splitlines())
+    word = vocab[2]
+    expected = torch.tensor([float(x) for x in first[word].split()])
+    torch.testing.assert_close(weights[2], expected)
