@@ -1,4 +1,5 @@
-"""Models by name. Nothing in this package imports torch.distributed (a test enforces it)."""
+"""Models by name. Nothing in this package is rank-aware or imports the distributed package
+(a test walks the syntax trees to keep it so)."""
 
 from __future__ import annotations
 
