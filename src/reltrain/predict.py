@@ -41,8 +41,7 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
-        device = torch.device(device) if isinstance(device, str) and device != "auto" else (
-            D.resolve_device("auto") if device == "auto" else device)
+        device = D.resolve_device("auto") if device == "auto" else torch.device(device)
         payload = load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
         labels = list(payload["labels"])
