@@ -19,7 +19,7 @@ from reltrain.data.schema import Entity, Record
 from reltrain.data.vectors import load_word_vectors
 from reltrain.data.vocab import Vocab
 
-from conftest import ROOT, data_overrides
+from conftest import ROOT, ZH_ROWS, data_overrides, write_csv
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +120,42 @@ def test_lm_window_is_placed_around_the_entities(tiny_bert):
     assert len(out.tokens) == 32 and out.truncated
     assert marked(tok, out, out.head) == ["[E1]", "alice", "moreau", "[/E1]"]
     assert marked(tok, out, out.tail) == ["[E2]", "dunmore", "[/E2]"]
+
+
+def test_lm_gives_unknown_characters_their_own_tokens(tiny_bert):
+    tok = LMTokenizer.from_folder(tiny_bert)
+    base = len(tok)
+    texts = ["张玲是导演，出生于武汉", "谢万松是湖北省人", "alice moreau was born in dunmore"]
+    stats = tok.add_unknown_chars(texts, min_count=2)
+    # 是 is [UNK] twice; 出, 生, 于 and the full-width comma once each: they stay [UNK].
+    assert tok.added == ["是"] and len(tok) == base + 1
+    assert stats["added"] == 1 and stats["unk_after"] < stats["unk_before"]
+    out = tok(rec(texts[0], (0, 2), (9, 11)), max_len=64)
+    assert tok.hf.convert_ids_to_tokens(out.tokens) == [
+        "[CLS]", "[E1]", "张", "玲", "[/E1]", "是", "导", "演", "[UNK]", "[UNK]", "[UNK]", "[UNK]",
+        "[E2]", "武", "汉", "[/E2]", "[SEP]"]
+    assert out.tokens[5] == base  # after the model's vocabulary and the markers
+    english = tok(rec(texts[2], (0, 12), (25, 32)), max_len=64)
+    assert marked(tok, english, english.head) == ["[E1]", "alice", "moreau", "[/E1]"]
+    again = LMTokenizer.from_files(tok.files(), None, tok.added)
+    assert again(rec(texts[0], (0, 2), (9, 11)), max_len=64).tokens == out.tokens
+
+
+def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
+    data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
+    out = tmp_path / "run"
+    args = [f"data.{k}={data}" for k in ("train", "valid", "test")]
+    assert main(["train", *args, *BASE, "train.batch_size=2", "train.epochs=2", "model.name=lm",
+                 f"model.pretrained={tiny_bert}", f"output_dir={out}"]) == 0
+    ckpt = torch.load(out / "checkpoints/last.pt", weights_only=True)
+    added = ckpt["lm"]["added"]
+    assert "是" in added and "《" in added and "执" not in added  # 执 occurs once
+    model = reltrain.load(out / "checkpoints/last.pt")
+    table = model.model.added.weight
+    assert table.shape[0] == len(added)
+    assert not torch.allclose(table[0], table[1])  # both started at the mean embedding
+    result = model.predict_text("张玲是导演", "张玲", "导演")
+    assert result["relation"] in model.labels
 
 
 def test_word_vectors_text_and_binary(tmp_path):

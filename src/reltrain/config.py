@@ -62,6 +62,8 @@ class ModelConfig:
     pretrained: str = _opt("", "lm: local folder of a Hugging Face encoder (BERT, RoBERTa, MiniLM...)")
     lm_pooling: str = _opt("entity", "lm: entity (head and tail start markers) or cls")
     lm_markers: str = _opt("plain", "lm: plain entity markers, or typed (from head_type/tail_type columns)")
+    lm_add_chars: int = _opt(2, "lm: characters the tokenizer reads as [UNK] and seen this often in the "
+                                "training text get their own token, learned at train.lr (0: off)")
 
 
 @dataclass
@@ -90,6 +92,8 @@ class DistConfig:
     backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo")
     timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
+    embedding_grads: str = _opt("auto", "ddp: touched (all-reduce only the embedding rows a step used), "
+                                        "all, or auto (touched with gloo)")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
 
 
@@ -214,6 +218,7 @@ def validate(cfg: Config) -> None:
            f"model.word_vectors: file not found: {m.word_vectors}")
     _check(m.lm_pooling in ("entity", "cls"), "model.lm_pooling must be entity or cls")
     _check(m.lm_markers in ("plain", "typed"), "model.lm_markers must be plain or typed")
+    _check(m.lm_add_chars >= 0, "model.lm_add_chars must be >= 0")
     if m.name == "lm":
         _check(bool(m.pretrained) and Path(m.pretrained).is_dir(),
                f"model.name=lm needs model.pretrained=<local model folder>; not a folder: '{m.pretrained}'")
@@ -232,6 +237,8 @@ def validate(cfg: Config) -> None:
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
+    _check(dist.embedding_grads in ("auto", "touched", "all"),
+           "dist.embedding_grads must be auto, touched or all")
     _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
     _check(cfg.log.tensorboard in ("auto", "true", "false"),
            "log.tensorboard must be auto, true or false")

@@ -49,13 +49,15 @@ class Predictor:
         if payload.get("lm"):
             from reltrain.data.lm import LMTokenizer
 
-            lm = LMTokenizer.from_files(payload["lm"]["files"], payload["lm"]["types"])
+            saved = payload["lm"]
+            lm = LMTokenizer.from_files(saved["files"], saved["types"], saved.get("added"))
             size = len(lm)
         else:
             vocab = Vocab(payload["vocab"])
             size = len(vocab)
         model = build_model(config.model, size, len(labels), config.data.pos_limit,
-                            hf_config=payload.get("hf_config"))
+                            hf_config=payload.get("hf_config"),
+                            added_tokens=len(lm.added) if lm is not None else 0)
         try:
             model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
         except RuntimeError as exc:

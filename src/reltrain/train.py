@@ -121,14 +121,16 @@ def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: 
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
                         num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
                         persistent_workers=cfg.data.num_workers > 0)
-    model = build_model(cfg.model, prepared.vocab_size, len(prepared.labels), pos_limit)
+    added = len(prepared.lm.added) if prepared.lm is not None else 0
+    model = build_model(cfg.model, prepared.vocab_size, len(prepared.labels), pos_limit,
+                        added_tokens=added)
     if payload:  # load into the plain model, then wrap
         model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
     elif cfg.model.word_vectors:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
         model.embed.word.weight.requires_grad_(False)
-    model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
+    model = D.wrap(model, ctx, cfg.dist.find_unused_parameters, cfg.dist.embedding_grads)
     optimizer = build_optimizer(model, cfg.train)
     scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
     amp = resolve_amp(cfg.train.amp, ctx.device, model)

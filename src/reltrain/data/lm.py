@@ -3,12 +3,18 @@
 Markers are inserted into the text at the entities' character offsets and added to the
 tokenizer as special tokens, so each is one token whose offset is known exactly; the head and
 tail spans are the token positions of their opening and closing markers.
+
+Characters the tokenizer can only read as [UNK] (an English vocabulary on Chinese text: over half
+the characters of DeepKE's corpus for MiniLM) can be added as tokens of their own, learned from
+the training data; ids: the model's vocabulary, then the markers, then the added characters.
 """
 
 from __future__ import annotations
 
 import json
 import tempfile
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from reltrain.data.schema import Record
@@ -27,7 +33,7 @@ def _markers(role: str, type_: str | None) -> tuple[str, str]:
 class LMTokenizer:
     """A Hugging Face fast tokenizer with entity markers; ``types`` enables typed markers."""
 
-    def __init__(self, hf_tokenizer, types: list[str] | None = None):
+    def __init__(self, hf_tokenizer, types: list[str] | None = None, added: list[str] | None = None):
         if not getattr(hf_tokenizer, "is_fast", False):
             raise UserError("model.pretrained needs a fast tokenizer (tokenizer.json) for exact "
                             "character offsets")
@@ -40,24 +46,59 @@ class LMTokenizer:
         wrapped = self.hf.build_inputs_with_special_tokens([-7])
         self.prefix, self.suffix = wrapped[:wrapped.index(-7)], wrapped[wrapped.index(-7) + 1:]
         self.pad_id = self.hf.pad_token_id or 0
+        self.added = list(added or [])  # characters added by add_unknown_chars, in id order
 
     @classmethod
-    def from_folder(cls, folder: str | Path, types: list[str] | None = None) -> "LMTokenizer":
+    def from_folder(cls, folder: str | Path, types: list[str] | None = None,
+                    added: list[str] | None = None) -> "LMTokenizer":
         from transformers import AutoTokenizer
 
         try:
             hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
         except (OSError, ValueError) as exc:
             raise UserError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
-        return cls(hf, types)
+        return cls(hf, types, added)
 
     @classmethod
-    def from_files(cls, files: dict[str, str], types: list[str] | None = None) -> "LMTokenizer":
+    def from_files(cls, files: dict[str, str], types: list[str] | None = None,
+                   added: list[str] | None = None) -> "LMTokenizer":
         """Rebuild from the files a checkpoint carries (no model folder needed)."""
         with tempfile.TemporaryDirectory() as tmp:
             for name, text in files.items():
                 (Path(tmp) / name).write_text(text, encoding="utf-8")
-            return cls.from_folder(tmp, types)
+            return cls.from_folder(tmp, types, added)
+
+    def add_unknown_chars(self, texts: Iterable[str], min_count: int) -> dict:
+        """Give each character that makes the tokenizer emit [UNK], that is [UNK] alone too, and
+        occurs that way at least ``min_count`` times in ``texts``, a token of its own; returns
+        the [UNK] share of the subwords before and after."""
+        texts = list(texts)
+        unk = self.hf.unk_token_id
+        if unk is None or min_count <= 0 or self.added or not texts:
+            return {}
+        before, counts = self._unknown(texts)
+        chars = sorted(ch for ch, n in counts.items() if n >= min_count)
+        # Alone too: a character known alone is not the cause (and adding it would cut words).
+        alone = self.hf(chars, add_special_tokens=False)["input_ids"] if chars else []
+        unknown = [ch for ch, ids in zip(chars, alone) if unk in ids]
+        from tokenizers import AddedToken
+
+        # Not normalized: matched in the raw text, where they were found.
+        self.hf.add_tokens([AddedToken(ch, normalized=False, single_word=False) for ch in unknown])
+        self.added = unknown
+        return {"unk_before": before, "unk_after": self._unknown(texts)[0], "added": len(unknown)}
+
+    def _unknown(self, texts: list[str]) -> tuple[float, Counter]:
+        """The [UNK] share of the subwords, and the characters under each [UNK], counted."""
+        enc = self.hf(texts, add_special_tokens=False, return_offsets_mapping=True)
+        total, unknown, counts = 0, 0, Counter()
+        for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
+            total += len(ids)
+            for i, (s, e) in zip(ids, offsets):
+                if i == self.hf.unk_token_id:
+                    unknown += 1
+                    counts.update(ch for ch in text[s:e] if not ch.isspace())
+        return unknown / max(total, 1), counts
 
     def files(self) -> dict[str, str]:
         """The tokenizer's own files (markers included) as text, to store in a checkpoint."""
@@ -67,7 +108,7 @@ class LMTokenizer:
                     if p.name in TOKENIZER_FILES}
 
     def fingerprint(self) -> str:
-        return json.dumps([sorted(self.files().items()), self.types])
+        return json.dumps([sorted(self.files().items()), self.types, self.added])
 
     def __len__(self) -> int:
         return len(self.hf)

@@ -121,19 +121,18 @@ def default_cache_dir() -> Path:
     return Path(base) / "reltrain"
 
 
-def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain") -> Prepared:
+def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
+            lm_add_chars: int = 0) -> Prepared:
     """Load the cached tensors for these files and options, building them if needed.
 
     With ``lm_folder`` the text is cut into that pretrained model's subwords, with entity
-    markers, instead of words; there is then no vocabulary of our own.
+    markers, instead of words; there is then no vocabulary of our own. ``lm_add_chars`` > 0
+    gives the training text's [UNK] characters seen that often tokens of their own.
     """
     tokenizer = Tokenizer.from_config(data_cfg)
     lm = None
     if lm_folder:
-        from reltrain.data.lm import LMTokenizer
-
-        types = _entity_types(data_cfg) if lm_markers == "typed" else None
-        lm = LMTokenizer.from_folder(lm_folder, types)
+        lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars)
         tokenizer_id = "lm:" + hashlib.sha256(lm.fingerprint().encode()).hexdigest()
     else:
         tokenizer_id = f"{tokenizer.kind}:lower={tokenizer.lowercase}"
@@ -159,20 +158,32 @@ def prepare_run(cfg, progress: bool = False) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
     lm = cfg.model.name == "lm"
     return prepare(cfg.data, progress, lm_folder=cfg.model.pretrained if lm else "",
-                   lm_markers=cfg.model.lm_markers)
+                   lm_markers=cfg.model.lm_markers, lm_add_chars=cfg.model.lm_add_chars)
 
 
 def token_identity(prepared: Prepared) -> dict:
     """What a checkpoint must share with the data to be resumed or used: vocabulary or tokenizer."""
     if prepared.lm is not None:
-        return {"vocab": None, "lm": {"files": prepared.lm.files(), "types": prepared.lm.types}}
+        lm = prepared.lm
+        return {"vocab": None, "lm": {"files": lm.files(), "types": lm.types, "added": lm.added}}
     return {"vocab": prepared.vocab.tokens, "lm": None}
 
 
-def _entity_types(data_cfg) -> list[str]:
-    """Entity types from the training file's own head_type / tail_type columns."""
-    result = read_records(data_cfg.train, skip_bad_rows=data_cfg.skip_bad_rows)
-    return sorted({t for r in result.records for t in (r.head.type, r.tail.type) if t})
+def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):
+    from reltrain.data.lm import LMTokenizer
+
+    records = []
+    if markers == "typed" or add_chars > 0:
+        records = read_records(data_cfg.train, skip_bad_rows=data_cfg.skip_bad_rows).records
+    # Entity types only from the training file's own head_type / tail_type columns.
+    types = sorted({t for r in records for t in (r.head.type, r.tail.type) if t})
+    lm = LMTokenizer.from_folder(folder, types if markers == "typed" else None)
+    stats = lm.add_unknown_chars((r.text for r in records), add_chars)
+    if stats.get("unk_before"):
+        log.info("%s reads %.1f%% of the training subwords as [UNK]; %d characters seen at least "
+                 "%d times get tokens of their own (model.lm_add_chars): %.1f%% [UNK] now",
+                 folder, 100 * stats["unk_before"], stats["added"], add_chars, 100 * stats["unk_after"])
+    return lm
 
 
 def _build(data_cfg, tokenize, progress: bool, with_vocab: bool) -> Prepared:

@@ -15,15 +15,31 @@ from reltrain.models.dropout import ExampleDropout
 
 class LMClassifier(nn.Module):
     def __init__(self, encoder: nn.Module, num_labels: int, pooling: str = "entity",
-                 dropout: float = 0.1):
+                 dropout: float = 0.1, added_tokens: int = 0):
         super().__init__()
         self.encoder, self.pooling = encoder, pooling
         width = encoder.config.hidden_size * (2 if pooling == "entity" else 1)
         self.dropout = ExampleDropout(dropout)
         self.classifier = nn.Linear(width, num_labels)
+        # Tokens added from the training text (data.lm): outside the encoder, so they learn at
+        # the head's rate; they start at the mean pretrained embedding (Hewitt, 2021).
+        self.added = None
+        if added_tokens:
+            base = encoder.get_input_embeddings().weight
+            self.added = nn.Embedding(added_tokens, base.size(1))
+            with torch.no_grad():
+                self.added.weight.copy_(base.mean(0).expand_as(self.added.weight))
 
     def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None, head=None, tail=None):
-        h = self.encoder(input_ids=word, attention_mask=mask.long()).last_hidden_state  # (B, L, H)
+        mask = mask.long()
+        if self.added is None:
+            h = self.encoder(input_ids=word, attention_mask=mask).last_hidden_state  # (B, L, H)
+        else:
+            base = self.encoder.get_input_embeddings()
+            is_added = (word >= base.num_embeddings).unsqueeze(-1)  # (B, L, 1)
+            vectors = torch.where(is_added, self.added((word - base.num_embeddings).clamp(min=0)),
+                                  base(word.clamp(max=base.num_embeddings - 1)))  # (B, L, H)
+            h = self.encoder(inputs_embeds=vectors, attention_mask=mask).last_hidden_state
         if self.pooling == "entity":
             rows = torch.arange(h.size(0), device=h.device)
             rep = torch.cat([h[rows, head[:, 0]], h[rows, tail[:, 0]]], dim=-1)  # (B, 2H)
@@ -34,9 +50,10 @@ class LMClassifier(nn.Module):
 
 @register_model("lm")
 def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: dict | None = None,
-             **_) -> LMClassifier:
+             added_tokens: int = 0, **_) -> LMClassifier:
     """From ``cfg.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
-    checkpoint, weights loaded afterwards) when loading, so no model folder is needed then."""
+    checkpoint, weights loaded afterwards) when loading, so no model folder is needed then.
+    The last ``added_tokens`` ids of the vocabulary get their own embedding table."""
     import transformers
     from transformers import AutoConfig, AutoModel
 
@@ -46,9 +63,9 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
     else:
         config = dict(hf_config)
         encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
-    if encoder.get_input_embeddings().num_embeddings != vocab_size:
-        encoder.resize_token_embeddings(vocab_size)  # room for the entity markers
+    if encoder.get_input_embeddings().num_embeddings != vocab_size - added_tokens:
+        encoder.resize_token_embeddings(vocab_size - added_tokens)  # room for the entity markers
     if getattr(encoder, "pooler", None) is not None:
         # Unused here; parameters without gradients would stall DDP without find_unused_parameters.
         encoder.pooler = None
-    return LMClassifier(encoder, num_labels, cfg.lm_pooling, cfg.dropout)
+    return LMClassifier(encoder, num_labels, cfg.lm_pooling, cfg.dropout, added_tokens)
