@@ -175,33 +175,3 @@ def test_data_parallel_without_gpus_says_so_and_trains(odd_data, tmp_path):
 def test_strategy_ddp_without_a_launcher_is_a_clear_error(odd_data, tmp_path):
     result = single("train", "dist.strategy=ddp", *data_overrides(odd_data), f"output_dir={tmp_path}")
     assert result.returncode == 2 and "needs a launcher" in result.stderr
-
-
-def _touched_rows_worker(rank: int, port: int, out: str) -> None:
-    import torch.distributed as dist
-
-    from reltrain.training import distributed as D
-
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    ctx = D.DistContext(rank=rank, world_size=2, strategy="ddp", backend="gloo")
-    grads = {}
-    for mode in ("touched", "all"):
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Embedding(50, 4), torch.nn.Linear(4, 3))
-        ddp = D.wrap(model, ctx, embedding_grads=mode)
-        # Rows 1-5 on rank 0, 3-9 on rank 1: some shared, some on one rank, most on neither.
-        ids = torch.arange(1, 6) if rank == 0 else torch.arange(3, 10)
-        ddp(ids).pow(2).sum().backward()
-        grads[mode] = [p.grad.clone() for p in model.parameters()]
-    torch.save(grads, f"{out}/rank{rank}.pt")
-    dist.destroy_process_group()
-
-
-def test_touched_rows_all_reduce_equals_the_full_one(tmp_path):
-    torch.multiprocessing.spawn(_touched_rows_worker, args=(free_port(), str(tmp_path)), nprocs=2)
-    for rank in range(2):
-        grads = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)
-        for touched, full in zip(grads["touched"], grads["all"]):
-            assert torch.equal(touched, full)
-        table = grads["touched"][0]
-        assert table[1:10].ne(0).any(dim=1).all() and not table[10:].any() and not table[0].any()

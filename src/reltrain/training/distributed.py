@@ -149,68 +149,17 @@ def barrier() -> None:
         dist.barrier()
 
 
-def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = False,
-         embedding_grads: str = "auto") -> nn.Module:
-    """Move to the device and wrap for the strategy. Load weights *before* calling this.
-
-    ``embedding_grads``: ``touched`` all-reduces only the embedding rows that some rank's batch
-    used (``auto``: with gloo), ``all`` the whole tables, as plain DDP does."""
+def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = False) -> nn.Module:
+    """Move to the device and wrap for the strategy. Load weights *before* calling this."""
     model = model.to(ctx.device)
     if ctx.strategy == "ddp":
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
-                                                  find_unused_parameters=find_unused_parameters,
-                                                  gradient_as_bucket_view=True)
-        if embedding_grads == "touched" or (embedding_grads == "auto" and ctx.backend == "gloo"):
-            tables = {m.weight.data_ptr() for m in model.modules()
-                      if isinstance(m, nn.Embedding) and m.weight.requires_grad and not m.sparse}
-            if tables:
-                ddp.register_comm_hook(_TouchedRows(tables), _touched_rows_hook)
-        return ddp
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                   find_unused_parameters=find_unused_parameters,
+                                                   gradient_as_bucket_view=True)
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
-
-
-@dataclass
-class _TouchedRows:
-    tables: set[int]  # data_ptr of the embedding weights
-
-
-# Unannotated: DDP rejects the return annotation once annotations are postponed (strings).
-def _touched_rows_hook(state: _TouchedRows, bucket):
-    """DDP's averaging all-reduce, but an embedding table's gradient is zero outside the rows
-    of the tokens in the batch, so only the rows non-zero on some rank travel: for the CNN on
-    deepke-zh about 0.6 M floats a step become a few thousand plus a byte per row. The result
-    equals the full all-reduce: rows zero on every rank sum to zero."""
-    world = dist.get_world_size()
-    grads = bucket.gradients()
-    is_table = [p.data_ptr() in state.tables for p in bucket.parameters()]
-    if not any(is_table):
-        buffer = bucket.buffer().div_(world)
-        return dist.all_reduce(buffer, async_op=True).get_future().then(lambda f: f.value()[0])
-    tables = [g for g, t in zip(grads, is_table) if t]
-    used = torch.cat([g.ne(0).any(dim=1) for g in tables]).to(torch.uint8)
-    dist.all_reduce(used, op=dist.ReduceOp.MAX)
-    rows, at = [], 0
-    for g in tables:
-        rows.append(used[at:at + g.size(0)].nonzero().squeeze(1))
-        at += g.size(0)
-    others = [g for g, t in zip(grads, is_table) if not t]
-    flat = torch.cat([g[r].reshape(-1) for g, r in zip(tables, rows)] +
-                     [g.reshape(-1) for g in others]).div_(world)
-    dist.all_reduce(flat)
-    at = 0
-    for g, r in zip(tables, rows):
-        n = r.numel() * g.size(1)
-        g.zero_().index_copy_(0, r, flat[at:at + n].view(-1, g.size(1)))
-        at += n
-    for g in others:
-        g.copy_(flat[at:at + g.numel()].view_as(g))
-        at += g.numel()
-    done = torch.futures.Future()
-    done.set_result(bucket.buffer())
-    return done
 
 
 def unwrap(model: nn.Module) -> nn.Module:
