@@ -92,8 +92,6 @@ class DistConfig:
     backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo")
     timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
-    embedding_grads: str = _opt("auto", "ddp: touched (all-reduce only the embedding rows a step used), "
-                                        "all, or auto (touched with gloo)")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
 
 
@@ -237,8 +235,6 @@ def validate(cfg: Config) -> None:
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
-    _check(dist.embedding_grads in ("auto", "touched", "all"),
-           "dist.embedding_grads must be auto, touched or all")
     _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
     _check(cfg.log.tensorboard in ("auto", "true", "false"),
            "log.tensorboard must be auto, true or false")

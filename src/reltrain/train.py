@@ -130,7 +130,7 @@ def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: 
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
         model.embed.word.weight.requires_grad_(False)
-    model = D.wrap(model, ctx, cfg.dist.find_unused_parameters, cfg.dist.embedding_grads)
+    model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
     scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
     amp = resolve_amp(cfg.train.amp, ctx.device, model)
