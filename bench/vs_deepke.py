@@ -1,9 +1,12 @@
 """reltrain's encoders against DeepKE's own training loop, side by side, same data, same run.
 
     pip install --no-deps deepke==2.2.7        # once, in the same environment
-    python bench/vs_deepke.py --epochs 10 --models cnn pcnn
-    python bench/vs_deepke.py --epochs 10 --models bilstm transformer --deepke-epochs transformer=2
-    python bench/vs_deepke.py --epochs 5 --models lm --lm-folder PATH   # no DeepKE counterpart run
+    python bench/vs_deepke.py --models cnn pcnn
+    python bench/vs_deepke.py --models bilstm transformer --deepke-epochs transformer=2
+    python bench/vs_deepke.py --models cnn lm --lm-folder PATH   # no DeepKE counterpart for lm
+
+reltrain trains with the documented recipe, configs/deepke-zh-MODEL.yaml (its epochs unless
+--epochs is given); DeepKE for the same number of epochs unless --deepke-epochs says otherwise.
 
 Each side runs in its own process (so peak RSS is its own) with torch's default 2 threads on
 this 2-core machine. Printed per side: training throughput (sentences/s, median of the epochs
@@ -52,7 +55,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
     from reltrain.data.readers import read_records
     from reltrain.train import run_train
 
-    cfg = load_config(None, [
+    cfg = load_config(str(recipe(model)), [
         f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
         f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
         "data.language=zh", f"data.cache_dir={workdir / 'cache'}", f"model.name={model}",
@@ -180,8 +183,14 @@ def child(args) -> None:
     print("RESULT " + json.dumps(result), flush=True)
 
 
+def recipe(model: str) -> Path:
+    return ROOT / "configs" / f"deepke-zh-{model}.yaml"
+
+
 def spawn(side: str, model: str, args, workdir: Path) -> dict:
-    epochs = args.epochs
+    from omegaconf import OmegaConf
+
+    epochs = args.epochs or OmegaConf.load(recipe(model)).train.epochs
     if side == "deepke" and model in args.deepke_epochs:
         epochs = args.deepke_epochs[model]
     extra = [f"model.pretrained={args.lm_folder}"] if model == "lm" else []
@@ -199,7 +208,7 @@ def spawn(side: str, model: str, args, workdir: Path) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(DEFAULT_DATA))
-    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--epochs", type=int, default=None, help="default: the recipe's")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--models", nargs="+", default=["cnn", "pcnn"],
                    choices=["cnn", "pcnn", "bilstm", "transformer", "lm"])
@@ -214,7 +223,8 @@ def main() -> None:
     args.deepke_epochs = {k: int(v) for k, v in (x.split("=") for x in args.deepke_epochs)}
     if args.child:
         return child(args)
-    print(f"data {args.data}; {args.epochs} epochs ({args.deepke_epochs or 'same'} for DeepKE), "
+    print(f"data {args.data}; {args.epochs or 'the recipes'} epochs "
+          f"({args.deepke_epochs or 'same'} for DeepKE), "
           f"batch {args.batch_size}; "
           f"{os.cpu_count()} CPU cores", flush=True)
     header = f"{'model':<12}{'side':<10}{'train sent/s':>13}{'eval sent/s':>13}{'peak RSS MB':>13}" \
