@@ -175,3 +175,24 @@ def test_data_parallel_without_gpus_says_so_and_trains(odd_data, tmp_path):
 def test_strategy_ddp_without_a_launcher_is_a_clear_error(odd_data, tmp_path):
     result = single("train", "dist.strategy=ddp", *data_overrides(odd_data), f"output_dir={tmp_path}")
     assert result.returncode == 2 and "needs a launcher" in result.stderr
+
+
+def _buffers_worker(rank: int, port: int) -> None:
+    import torch.distributed as dist
+
+    from reltrain.config import load_config
+    from reltrain.models import build_model
+    from reltrain.training import distributed as D
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=1)
+    ctx = D.DistContext(strategy="ddp", backend="gloo")
+    transformer = build_model(load_config(None, ["model.name=transformer"]).model, 50, 3, 10)
+    assert dict(transformer.named_buffers())  # sinusoidal positions: constant
+    assert not D.wrap(transformer, ctx).broadcast_buffers
+    with_stats = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    assert D.wrap(with_stats, ctx).broadcast_buffers
+    dist.destroy_process_group()
+
+
+def test_constant_buffers_are_not_broadcast_every_step():
+    torch.multiprocessing.spawn(_buffers_worker, args=(free_port(),), nprocs=1)

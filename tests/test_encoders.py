@@ -158,6 +158,20 @@ def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
     assert result["relation"] in model.labels
 
 
+def test_lm_added_tokens_under_two_process_ddp(tiny_bert, tmp_path):
+    data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+         "-m", "reltrain", "train", *(f"data.{k}={data}" for k in ("train", "valid", "test")),
+         *BASE, "train.batch_size=1", "train.epochs=1", "model.name=lm",
+         f"model.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"],
+        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    ckpt = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
+    assert "是" in ckpt["lm"]["added"] and "added.weight" in ckpt["model"]
+
+
 def test_word_vectors_text_and_binary(tmp_path):
     vocab = Vocab(["<pad>", "<unk>", "alice", "Dunmore", "zebra"])
     text = tmp_path / "vec.txt"

@@ -154,9 +154,15 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
     model = model.to(ctx.device)
     if ctx.strategy == "ddp":
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
+        # DDP broadcasts every buffer from rank 0 before each forward: one more collective a
+        # step. reltrain's buffers (sinusoidal positions, the encoders' position ids) are
+        # constants; only running statistics (batch norm) change and need it.
+        running_stats = any(isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
+                            for m in model.modules())
         return nn.parallel.DistributedDataParallel(model, device_ids=ids,
                                                    find_unused_parameters=find_unused_parameters,
-                                                   gradient_as_bucket_view=True)
+                                                   gradient_as_bucket_view=True,
+                                                   broadcast_buffers=running_stats)
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
