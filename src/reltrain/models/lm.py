@@ -21,7 +21,7 @@ class LMClassifier(nn.Module):
         width = encoder.config.hidden_size * (2 if pooling == "entity" else 1)
         self.dropout = ExampleDropout(dropout)
         self.classifier = nn.Linear(width, num_labels)
-        # Tokens added from the training text (data.lm): outside the encoder, so they learn at
+        # Tokens added from the training text (data/lm.py): outside the encoder, so they learn at
         # the head's rate; they start at the mean pretrained embedding (Hewitt, 2021).
         self.added = None
         if added_tokens:
