@@ -145,8 +145,11 @@ def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
     data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
     out = tmp_path / "run"
     args = [f"data.{k}={data}" for k in ("train", "valid", "test")]
-    assert main(["train", *args, *BASE, "train.batch_size=2", "train.epochs=2", "model.name=lm",
-                 f"model.pretrained={tiny_bert}", f"output_dir={out}"]) == 0
+    lm = [*args, *BASE, "train.batch_size=2", "model.name=lm", f"model.pretrained={tiny_bert}",
+          f"output_dir={out}"]
+    assert main(["train", *lm, "train.epochs=1"]) == 0
+    assert main(["train", *lm, "train.epochs=2"]) == 0  # resumes: same added tokens, same table
+    assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
     ckpt = torch.load(out / "checkpoints/last.pt", weights_only=True)
     added = ckpt["lm"]["added"]
     assert "是" in added and "《" in added and "执" not in added  # 执 occurs once
