@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import platform
 import socket
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import pytest
 import torch
 
 from reltrain.cli import _parser
+from reltrain.training.shm_allreduce import SHM_DIR
 
 from conftest import EXAMPLE_DIR, ROOT, data_overrides
 
@@ -56,12 +58,17 @@ def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def runs(odd_data, tmp_path_factory) -> dict:
-    """One process with batch 16 and two processes with batch 8 on the same data and seed."""
+    """One process with batch 16 and two processes with batch 8 on the same data and seed; the
+    two-process run once with each gradient all-reduce."""
     root = tmp_path_factory.mktemp("runs")
     base = [*data_overrides(odd_data), *COMMON]
+    shm_files = set(SHM_DIR.glob("reltrain-allreduce-*"))
     ok(single("train", *base, "train.batch_size=16", f"output_dir={root / 'one'}"))
     ok(torchrun(2, "train", *base, "train.batch_size=8", f"output_dir={root / 'two'}"))
-    return {"one": root / "one", "two": root / "two"}
+    ok(torchrun(2, "train", *base, "train.batch_size=8", "dist.cpu_allreduce=gloo",
+                f"output_dir={root / 'two_gloo'}"))
+    return {"one": root / "one", "two": root / "two", "two_gloo": root / "two_gloo",
+            "shm_files_left": set(SHM_DIR.glob("reltrain-allreduce-*")) - shm_files}
 
 
 def metrics_log(run_dir: Path) -> list[dict]:
@@ -79,6 +86,18 @@ def test_two_processes_equal_one_with_the_global_batch(runs):
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     summary = json.loads((runs["two"] / "summary.json").read_text())
     assert (summary["world_size"], summary["batch_size"], summary["global_batch_size"]) == (2, 8, 16)
+
+
+@pytest.mark.skipif(not SHM_DIR.is_dir() or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="the shared-memory all-reduce needs /dev/shm and x86")
+def test_shared_memory_all_reduce_trains_the_same_weights_as_gloo(runs):
+    assert "gradient all-reduce: shared memory" in (runs["two"] / "train.log").read_text()
+    assert "gradient all-reduce: gloo" in (runs["two_gloo"] / "train.log").read_text()
+    shm = torch.load(runs["two"] / "checkpoints/last.pt", weights_only=True)["model"]
+    gloo = torch.load(runs["two_gloo"] / "checkpoints/last.pt", weights_only=True)["model"]
+    for key in gloo:  # two ranks: the same sums in the same rounding, so the same bits
+        assert torch.equal(shm[key], gloo[key]), key
+    assert not runs["shm_files_left"]  # rank 0 unlinks the file once every rank mapped it
 
 
 def evaluate_json(result) -> dict:

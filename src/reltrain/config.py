@@ -93,6 +93,8 @@ class DistConfig:
     timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
+    cpu_allreduce: str = _opt("auto", "gradient all-reduce of DDP on CPU: auto (shared memory when "
+                              "every rank is on this host, else gloo), shm or gloo")
 
 
 @dataclass
@@ -234,6 +236,7 @@ def validate(cfg: Config) -> None:
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
+    _check(dist.cpu_allreduce in ("auto", "shm", "gloo"), "dist.cpu_allreduce must be auto, shm or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
     _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
     _check(cfg.log.tensorboard in ("auto", "true", "false"),

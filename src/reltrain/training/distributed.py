@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import platform
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -17,6 +18,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from reltrain.errors import UserError
+from reltrain.training import shm_allreduce
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +32,8 @@ class DistContext:
     strategy: str = "single"  # single, ddp or dp
     backend: str | None = None
     dp_devices: list[int] = field(default_factory=list)
+    cpu_allreduce: str = "auto"  # dist.cpu_allreduce
+    timeout_s: float = 1800.0
 
     @property
     def is_main(self) -> bool:
@@ -87,7 +91,8 @@ def setup(device: str, dist_cfg) -> DistContext:
                         f"{strategy}; use dist.strategy=ddp (or auto)")
     dev = resolve_device(device, local_rank, per_rank=strategy == "ddp")
     ctx = DistContext(rank=rank, local_rank=local_rank, world_size=world_size, device=dev,
-                      strategy=strategy)
+                      strategy=strategy, cpu_allreduce=dist_cfg.cpu_allreduce,
+                      timeout_s=float(dist_cfg.timeout_s))
     if strategy == "ddp":
         if dev.type == "cuda":
             torch.cuda.set_device(dev)  # before any CUDA work, so NCCL binds the right GPU
@@ -159,13 +164,88 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
         # constants; only running statistics (batch norm) change and need it.
         running_stats = any(isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
                             for m in model.modules())
-        return nn.parallel.DistributedDataParallel(model, device_ids=ids,
-                                                   find_unused_parameters=find_unused_parameters,
-                                                   gradient_as_bucket_view=True,
-                                                   broadcast_buffers=running_stats)
+        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                  find_unused_parameters=find_unused_parameters,
+                                                  gradient_as_bucket_view=True,
+                                                  broadcast_buffers=running_stats)
+        shared = _shm_allreduce(ctx, model)
+        if shared is not None:
+            ddp.register_comm_hook(shared, shm_allreduce.comm_hook)
+        return ddp
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
+
+
+def _shm_allreduce(ctx: DistContext, model: nn.Module) -> shm_allreduce.ShmAllReduce | None:
+    """The shared-memory gradient all-reduce when it applies (dist.cpu_allreduce), else None.
+
+    auto uses it for gloo on CPU when every rank runs on this host, on x86 (whose stores
+    become visible in program order, which the spin-wait relies on), with room in /dev/shm.
+    Every rank reaches the same answer; if any rank cannot map the file, all use gloo.
+    """
+    mode = ctx.cpu_allreduce
+    if ctx.world_size == 1:
+        return None
+    slot_bytes = max(sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad), 1)
+    reason = "dist.cpu_allreduce=gloo" if mode == "gloo" else _shm_unusable(ctx, slot_bytes)
+    if reason is None:
+        shared, reason = _map_shared_file(ctx, slot_bytes)
+        if shared is not None:
+            log.info("gradient all-reduce: shared memory (%d ranks on this host, %.1f MB in %s)",
+                     ctx.world_size, shm_allreduce.file_size(ctx.world_size, slot_bytes) / 1e6,
+                     shm_allreduce.SHM_DIR)
+            return shared
+    if mode == "shm":
+        raise UserError(f"dist.cpu_allreduce=shm cannot be used: {reason}; use auto or gloo")
+    if ctx.backend == "gloo" and ctx.device.type == "cpu":
+        log.info("gradient all-reduce: gloo (%s)", reason)
+    return None
+
+
+def _shm_unusable(ctx: DistContext, slot_bytes: int) -> str | None:
+    """Why the shared-memory all-reduce cannot be used, judged from what every rank sees alike."""
+    if ctx.device.type != "cpu" or ctx.backend != "gloo":
+        return f"it is for gloo on CPU, and this job uses {ctx.backend} on {ctx.device.type}"
+    if _env_int("LOCAL_WORLD_SIZE", 0) != ctx.world_size:
+        return "the ranks are not all on this host"
+    if platform.machine().lower() not in ("x86_64", "amd64", "x86", "i686"):
+        return f"it relies on x86 memory ordering and this is {platform.machine()}"
+    if not shm_allreduce.SHM_DIR.is_dir():
+        return f"{shm_allreduce.SHM_DIR} does not exist"
+    return None
+
+
+def _map_shared_file(ctx: DistContext, slot_bytes: int):
+    """Rank 0 creates the file and sends its name; all map it; rank 0 unlinks it once all did."""
+    name = torch.zeros(64, dtype=torch.uint8)
+    reason = ""
+    if ctx.rank == 0:
+        size = shm_allreduce.file_size(ctx.world_size, slot_bytes)
+        stat = os.statvfs(shm_allreduce.SHM_DIR)
+        if stat.f_bavail * stat.f_frsize < 2 * size:
+            reason = f"{shm_allreduce.SHM_DIR} has less than {2 * size / 1e6:.0f} MB free"
+        else:
+            try:
+                path = shm_allreduce.create_file(ctx.world_size, slot_bytes)
+                name[:len(path.name)] = torch.tensor(list(path.name.encode()), dtype=torch.uint8)
+            except OSError as exc:
+                reason = f"cannot create a file in {shm_allreduce.SHM_DIR}: {exc}"
+    dist.broadcast(name, src=0)
+    shared = None
+    if name[0]:
+        path = shm_allreduce.SHM_DIR / bytes(name[name > 0].tolist()).decode()
+        try:
+            shared = shm_allreduce.ShmAllReduce(path, ctx.rank, ctx.world_size, slot_bytes, ctx.timeout_s)
+        except (OSError, RuntimeError) as exc:
+            reason = f"rank {ctx.rank} cannot map {path}: {exc}"
+    ok = torch.tensor([int(shared is not None)])
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+    if ctx.rank == 0 and name[0]:
+        path.unlink(missing_ok=True)
+    if int(ok) == 0:
+        return None, reason or "another rank could not map the shared file"
+    return shared, None
 
 
 def unwrap(model: nn.Module) -> nn.Module:
