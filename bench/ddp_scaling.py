@@ -2,7 +2,9 @@
 
     python bench/ddp_scaling.py --epochs 6 --repeats 3 --nproc 2
 
-Each process keeps the per-process batch (weak scaling: the global batch grows with N) and gets
+The N-process job runs once per gradient all-reduce named in ``--allreduce`` (default: auto,
+which is the shared-memory one on a single host, and gloo as the baseline), so both are
+measured against the same 1-process runs. Each process keeps the per-process batch (weak scaling: the global batch grows with N) and gets
 ``--threads`` CPU threads through OMP_NUM_THREADS (default 1), so N processes use N cores and
 the 2 cores of a small machine are never oversubscribed.
 
@@ -10,7 +12,8 @@ A shared 2-core VM moves a single run's throughput by 10-20%, more than the effe
 the 1-process and N-process runs alternate ``--repeats`` times (drift hits both sides alike) and
 each side's throughput is the median over all its epochs after the first. Printed: every run
 (training sentences/s as the median of its epochs after the first, peak RSS of rank 0, test
-macro-F1), each pair's efficiency, and the pooled scaling efficiency T_N / (N x T_1).
+macro-F1), each run's efficiency against the 1-process run before it, and per all-reduce the
+pooled scaling efficiency T_N / (N x T_1).
 """
 
 from __future__ import annotations
@@ -28,15 +31,15 @@ ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
 
 
-def train(nproc: int, args, workdir: Path, repeat: int) -> dict:
+def train(nproc: int, args, workdir: Path, repeat: int, allreduce: str = "auto") -> dict:
     data = Path(args.data).resolve()
-    out = workdir / f"np{nproc}-{repeat}"
+    out = workdir / f"np{nproc}-{allreduce}-{repeat}"
     overrides = [f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
                  f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
                  "data.language=zh", f"data.cache_dir={workdir / 'cache'}",
                  f"model.name={args.model}", f"train.epochs={args.epochs}",
                  f"train.batch_size={args.batch_size}", "log.progress=false", "log.plots=false",
-                 f"output_dir={out}"]
+                 f"dist.cpu_allreduce={allreduce}", f"output_dir={out}"]
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                 f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
@@ -47,7 +50,8 @@ def train(nproc: int, args, workdir: Path, repeat: int) -> dict:
         raise SystemExit(f"{nproc}-process run failed")
     summary = json.loads((out / "summary.json").read_text())
     epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    return {"nproc": nproc, "sent_per_s": summary["train_sent_per_s_median"],
+    return {"nproc": nproc, "allreduce": summary["grad_allreduce"] or "-",
+            "sent_per_s": summary["train_sent_per_s_median"],
             "epoch_rates": [e["train_sent_per_s"] for e in epochs[1:]],
             "global_batch": summary["global_batch_size"], "test_macro_f1": summary["test"]["macro_f1"],
             "peak_rss_mb": summary["peak_rss_mb"]}
@@ -58,28 +62,37 @@ def main() -> None:
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--model", default="cnn", choices=["cnn", "pcnn"])
     p.add_argument("--epochs", type=int, default=6)
-    p.add_argument("--repeats", type=int, default=3, help="alternating 1-process / N-process pairs")
+    p.add_argument("--repeats", type=int, default=3, help="alternating 1-process / N-process rounds")
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS per process")
+    p.add_argument("--allreduce", nargs="+", default=["auto", "gloo"], choices=["auto", "shm", "gloo"],
+                   help="dist.cpu_allreduce of the N-process runs, each run in every repeat")
     args = p.parse_args()
     print(f"{args.model}, {args.epochs} epochs, batch {args.batch_size} per process, "
           f"{args.threads} thread(s) per process, {os.cpu_count()} cores", flush=True)
-    print(f"{'run':>4}{'processes':>10}{'global batch':>14}{'train sent/s':>14}{'peak RSS MB':>13}"
-          f"{'test macro-F1':>15}{'pair efficiency':>17}", flush=True)
-    rates = {1: [], args.nproc: []}
+    print(f"{'run':>4}{'processes':>10}{'all-reduce':>11}{'global batch':>14}{'train sent/s':>14}"
+          f"{'peak RSS MB':>13}{'test macro-F1':>15}{'efficiency':>12}", flush=True)
+    rates: dict[str, list[float]] = {"1": []}
     with tempfile.TemporaryDirectory(prefix="reltrain-ddp-") as tmp:
         for i in range(1, args.repeats + 1):
-            pair = [train(1, args, Path(tmp), i), train(args.nproc, args, Path(tmp), i)]
-            for r in pair:
-                rates[r["nproc"]] += r["epoch_rates"]
-                eff = "" if r["nproc"] == 1 else f"{r['sent_per_s'] / (args.nproc * pair[0]['sent_per_s']):>17.2f}"
-                print(f"{i:>4}{r['nproc']:>10}{r['global_batch']:>14}{r['sent_per_s']:>14.1f}"
-                      f"{r['peak_rss_mb']:>13.0f}{r['test_macro_f1']:>15.4f}{eff}", flush=True)
-    t1, tn = statistics.median(rates[1]), statistics.median(rates[args.nproc])
-    print(f"median over {len(rates[1])} / {len(rates[args.nproc])} epochs: T1 {t1:.1f}, "
-          f"T{args.nproc} {tn:.1f} sent/s")
-    print(f"scaling efficiency T{args.nproc} / ({args.nproc} x T1) = {tn / (args.nproc * t1):.2f}")
+            alone = train(1, args, Path(tmp), i)
+            modes = args.allreduce if i % 2 else args.allreduce[::-1]  # neither always runs last
+            runs = [alone] + [train(args.nproc, args, Path(tmp), i, mode) for mode in modes]
+            for r in runs:
+                key = "1" if r["nproc"] == 1 else r["allreduce"]
+                rates.setdefault(key, []).extend(r["epoch_rates"])
+                eff = "" if r["nproc"] == 1 else f"{r['sent_per_s'] / (args.nproc * alone['sent_per_s']):>12.2f}"
+                print(f"{i:>4}{r['nproc']:>10}{r['allreduce']:>11}{r['global_batch']:>14}"
+                      f"{r['sent_per_s']:>14.1f}{r['peak_rss_mb']:>13.0f}{r['test_macro_f1']:>15.4f}{eff}",
+                      flush=True)
+    ones = rates.pop("1")
+    t1 = statistics.median(ones)
+    print(f"T1 {t1:.1f} sent/s, median over {len(ones)} epochs")
+    for mode, values in rates.items():
+        tn = statistics.median(values)
+        print(f"{mode}: T{args.nproc} {tn:.1f} sent/s; scaling efficiency "
+              f"T{args.nproc} / ({args.nproc} x T1) = {tn / (args.nproc * t1):.2f}")
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@
 The CNN's training step (deepke-zh's vocabulary size, Zipf-distributed word ids, one thread per
 process) is timed in one process without DDP, then in N gloo processes with DDP whose gradient
 all-reduce is replaced by nothing, by an all-reduce of 10 floats, and by an all-reduce of the
-same size that touches no gradients, and finally with DDP's real all-reduce. Printed: the median
+same size that touches no gradients, then with DDP's real gloo all-reduce, and with reltrain's
+shared-memory one (``dist.cpu_allreduce=shm``, as ``reltrain train`` uses it). Printed: the median
 step time of each (steps after a warm-up), so the cost of having a collective at all can be told
-from the cost of its bytes. Same run, same machine, alternating the variants twice.
+from the cost of its bytes. Same run, same machine, cycling through the variants ``--rounds`` times.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 
 import torch
 
-VARIANTS = ("no all-reduce", "10 floats", "same size, dummy", "DDP all-reduce")
+VARIANTS = ("no all-reduce", "10 floats", "same size, dummy", "DDP all-reduce", "shared memory")
 
 
 def step_times(model, batch_size: int, vocab: int, steps: int, seed: int) -> float:
@@ -55,6 +56,8 @@ def build(vocab: int):
 def worker(args) -> None:
     import torch.distributed as dist
 
+    from reltrain.training import distributed as D
+
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     if world == 1:
@@ -74,11 +77,15 @@ def worker(args) -> None:
         return hook
 
     results: dict[str, list[float]] = {}
-    for _ in range(2):
+    for _ in range(args.rounds):
         for variant in VARIANTS:
             model = build(args.vocab)
-            ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
-            if variant != "DDP all-reduce":
+            if variant in ("DDP all-reduce", "shared memory"):
+                ctx = D.DistContext(rank=rank, world_size=world, strategy="ddp", backend="gloo",
+                                    cpu_allreduce="gloo" if variant == "DDP all-reduce" else "shm")
+                ddp = D.wrap(model, ctx)
+            else:
+                ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)
                 size = sum(p.numel() for p in model.parameters())
                 ddp.register_comm_hook(None, hook_for(variant, size))
             dist.barrier()
@@ -96,6 +103,7 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--vocab", type=int, default=6163, help="deepke-zh's jieba vocabulary")
     p.add_argument("--steps", type=int, default=150)
+    p.add_argument("--rounds", type=int, default=3, help="each variant's median is over this many runs")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
@@ -106,7 +114,8 @@ def main() -> None:
         proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                                f"--nproc_per_node={nproc}", __file__, "--worker",
                                f"--batch-size={args.batch_size}", f"--vocab={args.vocab}",
-                               f"--steps={args.steps}"], env=env, capture_output=True, text=True)
+                               f"--steps={args.steps}", f"--rounds={args.rounds}"],
+                              env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             sys.stderr.write(proc.stderr[-3000:])
             raise SystemExit(f"{nproc}-process run failed")

@@ -93,6 +93,7 @@ def test_two_processes_equal_one_with_the_global_batch(runs):
 def test_shared_memory_all_reduce_trains_the_same_weights_as_gloo(runs):
     assert "gradient all-reduce: shared memory" in (runs["two"] / "train.log").read_text()
     assert "gradient all-reduce: gloo" in (runs["two_gloo"] / "train.log").read_text()
+    assert json.loads((runs["two"] / "summary.json").read_text())["grad_allreduce"] == "shm"
     shm = torch.load(runs["two"] / "checkpoints/last.pt", weights_only=True)["model"]
     gloo = torch.load(runs["two_gloo"] / "checkpoints/last.pt", weights_only=True)["model"]
     for key in gloo:  # two ranks: the same sums in the same rounding, so the same bits

@@ -214,6 +214,7 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "batch_size": cfg.train.batch_size,
         "global_batch_size": cfg.train.batch_size * ctx.world_size,
         "strategy": ctx.strategy,
+        "grad_allreduce": ctx.grad_allreduce,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank

@@ -34,6 +34,7 @@ class DistContext:
     dp_devices: list[int] = field(default_factory=list)
     cpu_allreduce: str = "auto"  # dist.cpu_allreduce
     timeout_s: float = 1800.0
+    grad_allreduce: str | None = None  # what wrap() chose: shm, gloo or nccl (None: no DDP)
 
     @property
     def is_main(self) -> bool:
@@ -171,6 +172,7 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
         shared = _shm_allreduce(ctx, model)
         if shared is not None:
             ddp.register_comm_hook(shared, shm_allreduce.comm_hook)
+        ctx.grad_allreduce = "shm" if shared is not None else ctx.backend
         return ddp
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
