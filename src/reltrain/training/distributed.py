@@ -6,6 +6,7 @@ job runs in a single process, so the trainer never asks "am I distributed?".
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import platform
@@ -155,6 +156,12 @@ def barrier() -> None:
         dist.barrier()
 
 
+# Newer torch (2.13 here) renamed DDP's broadcast_buffers to forward_sync_buffers and warns on
+# the old name; older torch (>= 2.4 is supported) knows only the old one.
+_SYNC_BUFFERS = ("forward_sync_buffers" if "forward_sync_buffers" in
+                 inspect.signature(nn.parallel.DistributedDataParallel).parameters else "broadcast_buffers")
+
+
 def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = False) -> nn.Module:
     """Move to the device and wrap for the strategy. Load weights *before* calling this."""
     model = model.to(ctx.device)
@@ -168,7 +175,7 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
         ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
                                                   find_unused_parameters=find_unused_parameters,
                                                   gradient_as_bucket_view=True,
-                                                  broadcast_buffers=running_stats)
+                                                  **{_SYNC_BUFFERS: running_stats})
         shared = _shm_allreduce(ctx, model)
         if shared is not None:
             ddp.register_comm_hook(shared, shm_allreduce.comm_hook)
