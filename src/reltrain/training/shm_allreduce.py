@@ -40,10 +40,20 @@ def _round_up(nbytes: int, to: int = 64) -> int:
 
 
 def create_file(world_size: int, slot_bytes: int) -> Path:
-    """A new zero-filled file for the collective, with a name no other job uses."""
+    """A new zero-filled file for the collective, with a name no other job uses.
+
+    Its pages are reserved now: a sparse file on a tmpfs that fills up later would kill the
+    job with SIGBUS on the first write to an unbacked page, instead of failing here.
+    """
     path = SHM_DIR / f"reltrain-allreduce-{uuid.uuid4().hex}"
-    with open(path, "xb") as f:
-        f.truncate(file_size(world_size, slot_bytes))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, file_size(world_size, slot_bytes))
+    except OSError:
+        path.unlink()
+        raise
+    finally:
+        os.close(fd)
     return path
 
 
