@@ -79,8 +79,8 @@ def main() -> None:
             alone = train(1, args, Path(tmp), i)
             modes = args.allreduce if i % 2 else args.allreduce[::-1]  # neither always runs last
             runs = [alone] + [train(args.nproc, args, Path(tmp), i, mode) for mode in modes]
-            for r in runs:
-                key = "1" if r["nproc"] == 1 else r["allreduce"]
+            for r, mode in zip(runs, ["-", *modes]):
+                key = "1" if r["nproc"] == 1 else f"dist.cpu_allreduce={mode} ({r['allreduce']})"
                 rates.setdefault(key, []).extend(r["epoch_rates"])
                 eff = "" if r["nproc"] == 1 else f"{r['sent_per_s'] / (args.nproc * alone['sent_per_s']):>12.2f}"
                 print(f"{i:>4}{r['nproc']:>10}{r['allreduce']:>11}{r['global_batch']:>14}"
@@ -89,9 +89,9 @@ def main() -> None:
     ones = rates.pop("1")
     t1 = statistics.median(ones)
     print(f"T1 {t1:.1f} sent/s, median over {len(ones)} epochs")
-    for mode, values in rates.items():
-        tn = statistics.median(values)
-        print(f"{mode}: T{args.nproc} {tn:.1f} sent/s; scaling efficiency "
+    for key in sorted(rates, key=lambda k: "=gloo" not in k):  # the baseline first, the default last
+        tn = statistics.median(rates[key])
+        print(f"{key}: T{args.nproc} {tn:.1f} sent/s; scaling efficiency "
               f"T{args.nproc} / ({args.nproc} x T1) = {tn / (args.nproc * t1):.2f}")
 
 
