@@ -69,7 +69,7 @@ time.sleep(float(sys.argv[2]))
 """
 
 
-def _rank0_with_peer(tmp_path, peer_seconds: float, timeout_s: float):
+def _rank0_with_peer(peer_seconds: float, timeout_s: float):
     """Rank 0 in this process; rank 1 a process that maps the file, then sleeps and exits."""
     path = S.create_file(2, 64)
     peer = subprocess.Popen([sys.executable, "-c", PEER, str(path), str(peer_seconds)])
@@ -80,8 +80,8 @@ def _rank0_with_peer(tmp_path, peer_seconds: float, timeout_s: float):
     return path, peer, rank0
 
 
-def test_a_peer_that_exits_is_reported_not_waited_for(tmp_path):
-    path, peer, rank0 = _rank0_with_peer(tmp_path, 0, timeout_s=30)
+def test_a_peer_that_exits_is_reported_not_waited_for():
+    path, peer, rank0 = _rank0_with_peer(0, timeout_s=30)
     try:
         while peer.poll() is None:  # reaped here; the next case keeps a zombie
             time.sleep(0.01)
@@ -91,8 +91,8 @@ def test_a_peer_that_exits_is_reported_not_waited_for(tmp_path):
         path.unlink()
 
 
-def test_a_zombie_peer_counts_as_exited(tmp_path):
-    path, peer, rank0 = _rank0_with_peer(tmp_path, 0, timeout_s=30)
+def test_a_zombie_peer_counts_as_exited():
+    path, peer, rank0 = _rank0_with_peer(0, timeout_s=30)
     try:
         stat = Path(f"/proc/{peer.pid}/stat")
         while stat.exists() and stat.read_text().rsplit(")", 1)[-1].split()[0] != "Z":
@@ -104,8 +104,8 @@ def test_a_zombie_peer_counts_as_exited(tmp_path):
         path.unlink()
 
 
-def test_a_peer_that_never_arrives_times_out(tmp_path):
-    path, peer, rank0 = _rank0_with_peer(tmp_path, 60, timeout_s=0.5)
+def test_a_peer_that_never_arrives_times_out():
+    path, peer, rank0 = _rank0_with_peer(60, timeout_s=0.5)
     try:
         with pytest.raises(RuntimeError, match=r"waited \d+ s for rank 1.*dist.timeout_s"):
             rank0.mean_(torch.ones(4))

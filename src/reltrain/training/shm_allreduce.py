@@ -84,10 +84,8 @@ class ShmAllReduce:
         torch.div(tensor, self.world_size, out=slots[self.rank])
         self._header[self.rank, _SEQ] = self._seq  # x86 keeps this store after the slot's
         self._wait_for_all()
-        if self.world_size == 1:
-            return tensor.copy_(slots[0])
-        torch.add(slots[0], slots[1], out=tensor)
-        for slot in slots[2:]:
+        tensor.copy_(slots[0])
+        for slot in slots[1:]:
             tensor.add_(slot)
         return tensor
 
