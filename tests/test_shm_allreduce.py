@@ -119,10 +119,10 @@ def test_ranks_on_several_hosts_use_gloo_and_shm_says_why(monkeypatch):
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
     ctx = D.DistContext(world_size=2, strategy="ddp", backend="gloo", cpu_allreduce="auto")
     assert D._shm_unusable(ctx, 64) == "the ranks are not all on this host"
-    assert D._shm_allreduce(ctx, torch.nn.Linear(2, 2)) is None
+    assert D.open_shm_allreduce(ctx, 64) is None
     ctx.cpu_allreduce = "shm"
     with pytest.raises(UserError, match="cpu_allreduce=shm cannot be used: the ranks are not all"):
-        D._shm_allreduce(ctx, torch.nn.Linear(2, 2))
+        D.open_shm_allreduce(ctx, 64)
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
     assert D._shm_unusable(ctx, 64) is None
     ctx.device = torch.device("cuda", 0)

@@ -176,7 +176,8 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
                                                   find_unused_parameters=find_unused_parameters,
                                                   gradient_as_bucket_view=True,
                                                   **{_SYNC_BUFFERS: running_stats})
-        shared = _shm_allreduce(ctx, model)
+        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+        shared = open_shm_allreduce(ctx, grad_bytes)
         if shared is not None:
             ddp.register_comm_hook(shared, shm_allreduce.comm_hook)
         ctx.grad_allreduce = "shm" if shared is not None else ctx.backend
@@ -186,8 +187,9 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
     return model
 
 
-def _shm_allreduce(ctx: DistContext, model: nn.Module) -> shm_allreduce.ShmAllReduce | None:
-    """The shared-memory gradient all-reduce when it applies (dist.cpu_allreduce), else None.
+def open_shm_allreduce(ctx: DistContext, max_bytes: int) -> shm_allreduce.ShmAllReduce | None:
+    """The shared-memory all-reduce for tensors up to ``max_bytes`` when it applies
+    (dist.cpu_allreduce), else None. Collective: every rank of the group calls it.
 
     auto uses it for gloo on CPU when every rank runs on this host, on x86 (whose stores
     become visible in program order, which the spin-wait relies on), with room in /dev/shm.
@@ -196,7 +198,7 @@ def _shm_allreduce(ctx: DistContext, model: nn.Module) -> shm_allreduce.ShmAllRe
     mode = ctx.cpu_allreduce
     if ctx.world_size == 1:
         return None
-    slot_bytes = max(sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad), 1)
+    slot_bytes = max(max_bytes, 1)
     reason = "dist.cpu_allreduce=gloo" if mode == "gloo" else _shm_unusable(ctx, slot_bytes)
     if reason is None:
         shared, reason = _map_shared_file(ctx, slot_bytes)

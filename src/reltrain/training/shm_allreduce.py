@@ -4,16 +4,18 @@ Why: on CPU a training step is tens of milliseconds, and a gloo all-reduce betwe
 on the same machine costs several of them whatever its size (loopback TCP, and a sleeping
 thread to wake on each side; see docs/benchmarks.md). Here each rank writes its gradients
 into a file in /dev/shm that every rank has mapped, raises a counter, and spins until the
-others' counters reach the same collective; then every rank sums the slots in rank order, so
-all ranks hold the same bits, and for two ranks the same bits as gloo's all-reduce.
+others' counters reach the same collective. Then each rank sums its 1/N of the elements over
+all slots in rank order into a shared result (so a rank reads the gradients' size once,
+whatever N), raises a second counter, and once all have, copies the whole result. Every rank
+holds the same bits, and with two ranks the same bits as gloo's all-reduce.
 
 This module only moves bytes between mapped slots; ``training/distributed.py`` decides when it
 is used, creates the file and tells the ranks its name.
 
-File layout: a header row of 16 int64 per rank (the collective counter and the pid), then two
-generations of ``world_size`` slots. Collective ``n`` writes generation ``n % 2``: a rank
-starts collective ``n`` only after every rank has finished collective ``n - 1``, and so has
-finished reading generation ``n % 2`` of collective ``n - 2``.
+File layout: a header row of 16 int64 per rank (the two counters and the pid), then two
+generations of ``world_size`` slots and one result. Collective ``n`` uses generation
+``n % 2``: a rank starts collective ``n`` only after every rank has summed its part of
+collective ``n - 1``, and so has finished with generation ``n % 2`` of collective ``n - 2``.
 """
 
 from __future__ import annotations
@@ -27,12 +29,12 @@ import torch
 
 SHM_DIR = Path("/dev/shm")
 _HEADER_INTS = 16  # 128 bytes per rank: each counter on its own cache line
-_SEQ, _PID = 0, 1
+_WRITTEN, _SUMMED, _PID = 0, 1, 2  # header columns: counters of the two phases, and the pid
 _SPIN_S = 0.005  # spin this long before sleeping between looks: a step's jitter is ~1 ms
 
 
 def file_size(world_size: int, slot_bytes: int) -> int:
-    return world_size * _HEADER_INTS * 8 + 2 * world_size * _round_up(slot_bytes)
+    return world_size * _HEADER_INTS * 8 + 2 * (world_size + 1) * _round_up(slot_bytes)
 
 
 def _round_up(nbytes: int, to: int = 64) -> int:
@@ -67,9 +69,9 @@ class ShmAllReduce:
         mapped = torch.from_file(str(path), shared=True, size=file_size(world_size, slot_bytes),
                                  dtype=torch.uint8)
         self._header = mapped[:header_bytes].view(torch.int64).view(world_size, _HEADER_INTS)
-        self._slots = mapped[header_bytes:].view(2, world_size, self.slot_bytes)
-        self._counters = self._header.numpy()[:, _SEQ]  # numpy reads are cheap in a spin loop
-        self._seq = int(self._header[rank, _SEQ])
+        self._slots = mapped[header_bytes:].view(2, world_size + 1, self.slot_bytes)  # last: result
+        self._counters = self._header.numpy()  # numpy reads are cheap in a spin loop
+        self._seq = int(self._header[rank, _WRITTEN])
         self._header[rank, _PID] = os.getpid()
 
     def mean_(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -78,22 +80,25 @@ class ShmAllReduce:
         if nbytes > self.slot_bytes:
             raise ValueError(f"{nbytes} bytes do not fit the {self.slot_bytes}-byte slots")
         self._seq += 1
-        slots = [s[:nbytes].view(tensor.dtype) for s in self._slots[self._seq % 2]]
+        *slots, result = [s[:nbytes].view(tensor.dtype) for s in self._slots[self._seq % 2]]
         # Divide before summing, as DDP's own hook does: with two ranks the sum is then
-        # bit-identical to gloo's, and the order of the sum is the same on every rank.
+        # bit-identical to gloo's. Each element is summed in rank order, by one rank.
         torch.div(tensor, self.world_size, out=slots[self.rank])
-        self._header[self.rank, _SEQ] = self._seq  # x86 keeps this store after the slot's
-        self._wait_for_all()
-        tensor.copy_(slots[0])
+        self._raise_and_wait(_WRITTEN)
+        lo, hi = (tensor.numel() * r // self.world_size for r in (self.rank, self.rank + 1))
+        mine = result[lo:hi].copy_(slots[0][lo:hi])
         for slot in slots[1:]:
-            tensor.add_(slot)
-        return tensor
+            mine.add_(slot[lo:hi])
+        self._raise_and_wait(_SUMMED)
+        return tensor.copy_(result)
 
-    def _wait_for_all(self) -> None:
+    def _raise_and_wait(self, column: int) -> None:
+        """Set this rank's counter in ``column`` to this collective's number; wait for all."""
+        self._header[self.rank, column] = self._seq  # x86 keeps this store after the data's
         start = time.monotonic()
         next_check = start + 0.1
         for rank in range(self.world_size):
-            while self._counters[rank] < self._seq:
+            while self._counters[rank, column] < self._seq:
                 now = time.monotonic()
                 if now - start < _SPIN_S:
                     os.sched_yield()  # busy, but yields the core if another process wants it
