@@ -1,9 +1,14 @@
+import tempfile
+
 import numpy as np
+import pytest
 
 from reltrain.config import load_config
 from reltrain.data.preprocess import prepare
+from reltrain.data.readers import read_records
+from reltrain.errors import UserError
 
-from conftest import ZH_ROWS, write_csv
+from conftest import ZH_ROWS, data_overrides, ok, run_cli, write_csv
 
 
 def cfg_for(tmp_path, path, *extra):
@@ -48,3 +53,79 @@ def test_vocab_min_freq_and_specials(tmp_path):
     prepared = prepare(cfg_for(tmp_path, path, "data.min_freq=2", "data.tokenizer=char"))
     assert prepared.vocab.tokens[:2] == ["<pad>", "<unk>"]
     assert "张" in prepared.vocab.index and "谢" not in prepared.vocab.index
+
+
+def test_truncated_cache_entry_is_replaced_once_then_reused(tmp_path, caplog):
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    prepared = prepare(cfg_for(tmp_path, path))
+    npz = prepared.cache_path / "train.npz"
+    npz.write_bytes(npz.read_bytes()[:100])  # a zip cut short: BadZipFile, not ValueError
+    rebuilt = prepare(cfg_for(tmp_path, path))
+    assert not rebuilt.reused and "is damaged" in caplog.text
+    caplog.clear()
+    again = prepare(cfg_for(tmp_path, path))
+    assert again.reused and "damaged" not in caplog.text
+    assert sorted(p.name for p in again.cache_path.parent.iterdir()) == [again.cache_path.name]
+
+
+@pytest.mark.parametrize("how", ["cache_dir is a file", "cache_dir unwritable", "XDG_CACHE_HOME unwritable"])
+def test_unwritable_cache_location_means_no_cache(tmp_path, monkeypatch, caplog, how):
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    if how == "cache_dir is a file":
+        cfg = cfg_for(tmp_path, path, f"data.cache_dir={blocker}")
+    else:
+        if how == "cache_dir unwritable":
+            cfg = cfg_for(tmp_path, path)
+        else:
+            cfg = cfg_for(tmp_path, path)
+            cfg.cache_dir = ""
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "ro"))
+
+        def refuse(*a, **k):  # root ignores file modes, so the refusal is simulated
+            raise PermissionError(13, "Permission denied")
+
+        monkeypatch.setattr(tempfile, "mkdtemp", refuse)
+    prepared = prepare(cfg)
+    assert prepared.cache_path is None and len(prepared.splits["train"]) == len(ZH_ROWS)
+    assert "continuing without a cache" in caplog.text
+
+
+def test_unwritable_cache_is_said_in_the_run_log(tmp_path, small_en):
+    blocker = tmp_path / "blocker"
+    blocker.write_text("")
+    result = ok(run_cli("train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
+                        "log.plots=false", f"data.cache_dir={blocker}", f"output_dir={tmp_path / 'run'}"))
+    assert "Traceback" not in result.stderr and "continuing without a cache" in result.stderr
+    assert "cache off" in result.stderr
+
+
+def test_lm_cache_hit_costs_a_hash_and_a_read(tmp_path, monkeypatch, tiny_bert):
+    from reltrain.data import preprocess
+
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    cfg = cfg_for(tmp_path, path)
+    first = prepare(cfg, lm_folder=tiny_bert, lm_add_chars=2)
+    assert first.lm.added and not first.reused
+
+    def no_tokenizing(*a, **k):
+        raise AssertionError("the training text was read or tokenized on a cache hit")
+
+    monkeypatch.setattr(preprocess, "read_records", no_tokenizing)
+    monkeypatch.setattr(preprocess, "encode_records", no_tokenizing)
+    again = prepare(cfg, lm_folder=tiny_bert, lm_add_chars=2)
+    assert again.reused and again.lm.added == first.lm.added
+    assert preprocess.token_identity(again) == preprocess.token_identity(first)
+    record = read_records(str(path)).records[1]
+    assert again.lm(record, 64).tokens == first.lm(record, 64).tokens
+
+
+def test_one_relation_and_chinese_as_english_words_are_refused(tmp_path):
+    one = write_csv(tmp_path / "one.csv", [r for r in ZH_ROWS if r[1] == "导演"])
+    with pytest.raises(UserError, match="only|at least two relations"):
+        prepare(cfg_for(tmp_path, one))
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    with pytest.raises(UserError, match="data.language=zh"):
+        prepare(cfg_for(tmp_path, path, "data.language=en"))
+    assert prepare(cfg_for(tmp_path, path, "data.language=en", "data.tokenizer=char")).splits

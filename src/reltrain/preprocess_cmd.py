@@ -5,7 +5,7 @@ from __future__ import annotations
 from reltrain.config import Config
 from reltrain.data.preprocess import prepare_run
 from reltrain.examples import use_example_data
-from reltrain.logs import progress_enabled, setup_logging
+from reltrain.logs import progress_enabled
 
 
 def run_preprocess(cfg: Config) -> dict:
@@ -13,11 +13,10 @@ def run_preprocess(cfg: Config) -> dict:
 
         reltrain preprocess data.train=train.csv data.valid=valid.csv data.language=zh
     """
-    setup_logging(True)
     use_example_data(cfg.data)
     prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))
     meta = prepared.meta
-    info = {"cache": str(prepared.cache_path), "reused": prepared.reused, "rows": meta["rows"],
+    info = {"cache": str(prepared.cache_path) if prepared.cache_path else None, "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},
             "truncated": meta["truncated"], "vocab_size": prepared.vocab_size,
             "relations": len(prepared.labels), "tokenizer": meta["tokenizer"]}
@@ -25,6 +24,7 @@ def run_preprocess(cfg: Config) -> dict:
         for reason in reasons[:20]:
             print(f"skipped ({split}): {reason}")
     state = "reused" if prepared.reused else "built"
-    print(f"{state} {info['cache']}: " + ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
+    where = prepared.cache_path or "(not cached: the cache location is not writable)"
+    print(f"{state} {where}: " + ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
           + f" rows; vocabulary {info['vocab_size']}; {info['relations']} relations")
     return info

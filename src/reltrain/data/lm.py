@@ -81,12 +81,16 @@ class LMTokenizer:
         # Alone too: a character known alone is not the cause (and adding it would cut words).
         alone = self.hf(chars, add_special_tokens=False)["input_ids"] if chars else []
         unknown = [ch for ch, ids in zip(chars, alone) if unk in ids]
+        self.add_chars(unknown)
+        return {"unk_before": before, "unk_after": self._unknown(texts)[0], "added": len(unknown)}
+
+    def add_chars(self, chars: list[str]) -> None:
+        """Give ``chars`` tokens of their own, after the markers (ids in this order)."""
         from tokenizers import AddedToken
 
         # Not normalized: matched in the raw text, where they were found.
-        self.hf.add_tokens([AddedToken(ch, normalized=False, single_word=False) for ch in unknown])
-        self.added = unknown
-        return {"unk_before": before, "unk_after": self._unknown(texts)[0], "added": len(unknown)}
+        self.hf.add_tokens([AddedToken(ch, normalized=False, single_word=False) for ch in chars])
+        self.added = list(chars)
 
     def _unknown(self, texts: list[str]) -> tuple[float, Counter]:
         """The [UNK] share of the subwords, and the characters under each [UNK], counted."""

@@ -21,11 +21,11 @@ from reltrain.data.readers import labels_from_records, read_labels, read_records
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import UserError
+from reltrain.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 1
+CACHE_FORMAT = 2  # 2: entries of pretrained encoders keep their added characters
 SPLITS = ("train", "valid", "test")
 
 
@@ -62,9 +62,10 @@ class Prepared:
     labels: list[str]
     splits: dict[str, Split]
     meta: dict = field(default_factory=dict)
-    cache_path: Path | None = None
+    cache_path: Path | None = None  # None: not cached (the cache location is not writable)
     reused: bool = False
     lm: object = None  # data.lm.LMTokenizer for pretrained encoders
+    cache_key: str = ""  # hash of the data files and options: identifies the data of a run
 
     @property
     def vocab_size(self) -> int:
@@ -102,6 +103,7 @@ def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[st
 
 
 def cache_key(data_cfg, tokenizer_id: str) -> str:
+    """A hash of the data files' bytes and of every option that changes the prepared tensors."""
     digest = hashlib.sha256()
     options = {"format": CACHE_FORMAT, "tokenizer": tokenizer_id, "max_len": data_cfg.max_len,
                "min_freq": data_cfg.min_freq, "skip_bad_rows": data_cfg.skip_bad_rows}
@@ -110,15 +112,36 @@ def cache_key(data_cfg, tokenizer_id: str) -> str:
         path = getattr(data_cfg, name)
         digest.update(f"\0{name}\0".encode())
         if path:
-            with open(path, "rb") as f:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    digest.update(chunk)
+            _hash_file(digest, path)
     return digest.hexdigest()[:20]
+
+
+def _hash_file(digest, path) -> None:
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
 
 
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "reltrain"
+
+
+def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) -> str:
+    """What the cache key knows of the tokenization: cheap to compute, so a hit costs a hash
+    and a read (the LM tokenizer is hashed by its files, not loaded)."""
+    if not lm_folder:
+        tokenizer = Tokenizer.from_config(data_cfg)
+        return f"{tokenizer.kind}:lower={tokenizer.lowercase}"
+    from reltrain.data.lm import TOKENIZER_FILES
+
+    digest = hashlib.sha256(f"{lm_markers}:{lm_add_chars}".encode())
+    for name in TOKENIZER_FILES:
+        path = Path(lm_folder) / name
+        if path.is_file():
+            digest.update(f"\0{name}\0".encode())
+            _hash_file(digest, path)
+    return "lm:" + digest.hexdigest()
 
 
 def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
@@ -128,30 +151,48 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     With ``lm_folder`` the text is cut into that pretrained model's subwords, with entity
     markers, instead of words; there is then no vocabulary of our own. ``lm_add_chars`` > 0
     gives the training text's [UNK] characters seen that often tokens of their own.
+    A damaged cache entry is replaced; an unwritable cache location means no cache (logged).
     """
-    tokenizer = Tokenizer.from_config(data_cfg)
-    lm = None
-    if lm_folder:
-        lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars)
-        tokenizer_id = "lm:" + hashlib.sha256(lm.fingerprint().encode()).hexdigest()
-    else:
-        tokenizer_id = f"{tokenizer.kind}:lower={tokenizer.lowercase}"
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
-    path = root / cache_key(data_cfg, tokenizer_id)
-    prepared = None
-    if (path / "meta.json").is_file():
-        try:
-            prepared = _load(path)
-            prepared.reused = True
-        except (OSError, ValueError, KeyError) as exc:  # a damaged cache is rebuilt, not trusted
-            log.warning("preprocessing cache %s is unreadable (%s); rebuilding", path, exc)
+    key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
+    path = root / key
+    prepared = _load_cached(path) if (path / "meta.json").is_file() else None
+    lm = None
+    if prepared is not None and lm_folder:
+        from reltrain.data.lm import LMTokenizer
+
+        saved = prepared.meta["lm"]
+        lm = LMTokenizer.from_folder(lm_folder, saved["types"])
+        lm.add_chars(saved["added"])
     if prepared is None:
-        prepared = _build(data_cfg, lm or tokenizer, progress, with_vocab=lm is None)
-        prepared.meta["tokenizer"] = "lm" if lm else tokenizer.kind
-        _save(prepared, path)
-        prepared.cache_path = path
-    prepared.lm = lm
+        if lm_folder:
+            lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars)
+        tokenize = lm or Tokenizer.from_config(data_cfg)
+        prepared = _build(data_cfg, tokenize, progress, with_vocab=lm is None)
+        prepared.meta["tokenizer"] = "lm" if lm else tokenize.kind
+        if lm is not None:
+            prepared.meta["lm"] = {"types": lm.types, "added": lm.added}
+        prepared.cache_path = _save(prepared, path)
+    prepared.lm, prepared.cache_key = lm, key
     return prepared
+
+
+def _load_cached(path: Path) -> Prepared | None:
+    """The cache entry at ``path``, or None (a damaged one is moved out of the way first)."""
+    try:
+        prepared = _load(path)
+        prepared.reused = True
+        return prepared
+    except Exception as exc:  # truncated npz, bad JSON, missing file: rebuilt, never trusted
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        log.warning("preprocessing cache %s is damaged (%s); rebuilding it", path, reason)
+    aside = path.with_name(f"{path.name}.damaged-{os.getpid()}")
+    try:
+        os.replace(path, aside)
+        shutil.rmtree(aside, ignore_errors=True)
+    except OSError:  # another process moved or replaced it first
+        pass
+    return None
 
 
 def prepare_run(cfg, progress: bool = False) -> Prepared:
@@ -190,6 +231,7 @@ def _build(data_cfg, tokenize, progress: bool, with_vocab: bool) -> Prepared:
     given = read_labels(data_cfg.labels) if data_cfg.labels else None
     skip = data_cfg.skip_bad_rows
     train = read_records(data_cfg.train, given, skip_bad_rows=skip)
+    _check_training_data(data_cfg, train.records, tokenize)
     labels = given if given is not None else labels_from_records(train.records)
     index = {name: i for i, name in enumerate(labels)}
     results = {"train": train}
@@ -213,24 +255,65 @@ def _build(data_cfg, tokenize, progress: bool, with_vocab: bool) -> Prepared:
     return Prepared(vocab=vocab, labels=labels, splits=splits, meta=meta)
 
 
-def _save(prepared: Prepared, path: Path) -> None:
-    """Write into a temporary sibling folder, then rename it into place in one step."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+def _check_training_data(data_cfg, records: list[Record], tokenize) -> None:
+    """Mistakes that would train a useless model without a word: one relation, Chinese as words."""
+    relations = {r.relation for r in records}
+    if len(relations) < 2:
+        only = f"the relation '{next(iter(relations))}'" if relations else "no rows"
+        raise DataError(data_cfg.train, None, None,
+                        f"the training data has {only}: a classifier needs at least two "
+                        f"relations (add rows of others, e.g. a 'None' relation for pairs "
+                        f"that have none)")
+    if getattr(tokenize, "kind", None) != "word":
+        return
+    sample = "".join(r.text for r in records[:2000])
+    letters = [c for c in sample if not c.isspace()]
+    cjk = sum(1 for c in letters if is_cjk(c)) / max(len(letters), 1)
+    if cjk > 0.3 and data_cfg.tokenizer == "auto":
+        raise DataError(data_cfg.train, None, None,
+                        f"{100 * cjk:.0f}% of the characters are Chinese/Japanese/Korean, but "
+                        f"data.language=en cuts text at spaces and punctuation into clause-long "
+                        f"'words'; set data.language=zh (jieba words) or data.tokenizer=char")
+    if cjk > 0.3:
+        log.warning("%s: %.0f%% of the characters are CJK, and data.tokenizer=word cuts them "
+                    "only at spaces and punctuation", data_cfg.train, 100 * cjk)
+
+
+def is_cjk(ch: str) -> bool:
+    """CJK ideographs, kana and hangul (the scripts written without spaces between words)."""
+    code = ord(ch)
+    return (0x2E80 <= code <= 0x9FFF or 0xAC00 <= code <= 0xD7AF or 0xF900 <= code <= 0xFAFF
+            or 0x20000 <= code <= 0x2FA1F)
+
+
+def _save(prepared: Prepared, path: Path) -> Path | None:
+    """Write into a temporary sibling folder, then rename it into place in one step.
+
+    Returns where the entry is, or None when the cache location cannot be written: the run
+    goes on without a cache, and the log says why.
+    """
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
         if prepared.vocab is not None:
             (tmp / "vocab.json").write_text(json.dumps(prepared.vocab.tokens, ensure_ascii=False))
         (tmp / "labels.json").write_text(json.dumps(prepared.labels, ensure_ascii=False))
         for name, split in prepared.splits.items():
             split.save(tmp / f"{name}.npz")
         (tmp / "meta.json").write_text(json.dumps(prepared.meta, ensure_ascii=False, indent=1))
-        try:
-            os.replace(tmp, path)
-        except OSError:  # another process finished the same cache first: theirs is as good
-            shutil.rmtree(tmp, ignore_errors=True)
     except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        log.warning("cannot write the preprocessing cache under %s (%s): continuing without a "
+                    "cache (set data.cache_dir to a writable folder)", path.parent,
+                    exc.strerror or exc)
+        return None
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process finished the same entry first: theirs is as good
         shutil.rmtree(tmp, ignore_errors=True)
-        raise UserError(f"cannot write the preprocessing cache under {path.parent}: {exc}") from None
+    return path
 
 
 def _load(path: Path) -> Prepared:
