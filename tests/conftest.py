@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -24,10 +25,15 @@ ZH_ROWS = [
 ]
 
 
+SCRATCH = Path(tempfile.mkdtemp(prefix="reltrain-tests-"))  # cwd of the processes tests start
+
+
 @pytest.fixture(autouse=True)
 def _private_cache(tmp_path_factory, monkeypatch):
-    """Every test gets the same throwaway cache root, never the user's ~/.cache."""
+    """Every test gets the same throwaway cache root, never the user's ~/.cache, and runs from a
+    scratch folder, so a default run directory (runs/...) never lands in the checkout."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.getbasetemp() / "xdg-cache"))
+    monkeypatch.chdir(SCRATCH)
 
 
 def write_csv(path: Path, rows, header: str = ZH_HEADER) -> Path:
@@ -60,12 +66,65 @@ def data_overrides(files: dict) -> list[str]:
     return [f"data.{k}={v}" for k, v in files.items()]
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+# One thread per process: the multi-process tests start 2-3 workers on 2 cores.
+WORKER_ENV = {"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def run(cmd: list[str], extra_env: dict | None = None, timeout: int = 300,
+        cwd: Path | None = None) -> subprocess.CompletedProcess:
+    """A command in a fresh process, from ``cwd`` (default: a scratch folder, never the checkout)."""
+    env = {**os.environ, **WORKER_ENV, **(extra_env or {})}  # now: XDG_CACHE_HOME is the test's
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout,
+                          cwd=cwd or SCRATCH)
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: int = 300,
+            cwd: Path | None = None) -> subprocess.CompletedProcess:
     """``python -m reltrain ARGS`` in a fresh process (for exit codes and stderr as users see them)."""
-    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "reltrain", *args], capture_output=True,
-                          text=True, env=full_env, timeout=timeout)
+    return run([sys.executable, "-m", "reltrain", *args], env, timeout, cwd)
+
+
+def torchrun(nproc: int, *args: str, extra_env: dict | None = None, restarts: int = 0,
+             timeout: int = 300) -> subprocess.CompletedProcess:
+    """``torchrun --standalone --nproc_per_node=N ARGS`` (ARGS: ``-m reltrain ...`` or a script)."""
+    return run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                f"--nproc_per_node={nproc}", f"--max-restarts={restarts}", *args], extra_env, timeout)
+
+
+def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def user_error(result: subprocess.CompletedProcess) -> str:
+    """The one ``reltrain: error:`` line of a run that failed with exit 2 and no traceback."""
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("reltrain: error:")]
+    assert len(lines) == 1, result.stderr
+    return lines[0]
 
 
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    """A randomly initialised 2-layer BERT with a fast tokenizer, saved like any model folder."""
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    folder = tmp_path_factory.mktemp("tiny-bert")
+    words = set()
+    for line in (EXAMPLE_DIR / "train.jsonl").read_text().splitlines():
+        words.update(json.loads(line)["text"].lower().split())
+    chinese = "张玲导演说很满意红楼的拍摄谢万松湖北省武汉市人"
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words), *chinese]
+    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
+    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=32, num_hidden_layers=2,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+    BertModel(config).save_pretrained(folder)
+    return str(folder)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import socket
 import subprocess
 import sys
@@ -14,13 +13,11 @@ import pytest
 import torch
 
 from reltrain.cli import _parser
-from reltrain.training.shm_allreduce import SHM_DIR
 
-from conftest import EXAMPLE_DIR, ROOT, data_overrides
+from conftest import EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, run, run_cli, torchrun
 
 pytestmark = pytest.mark.slow
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 COMMON = ["log.progress=false", "log.plots=false", "train.epochs=2"]  # dropout on: masks are per example
 
 
@@ -37,38 +34,14 @@ def odd_data(tmp_path_factory) -> dict:
     return out
 
 
-def run(cmd: list[str], timeout: int = 300) -> subprocess.CompletedProcess:
-    result = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=timeout, cwd=ROOT)
-    return result
-
-
-def torchrun(nproc: int, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={nproc}", "-m", "reltrain", *args], timeout)
-
-
-def single(*args: str) -> subprocess.CompletedProcess:
-    return run([sys.executable, "-m", "reltrain", *args])
-
-
-def ok(result: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
-    return result
-
-
 @pytest.fixture(scope="module")
 def runs(odd_data, tmp_path_factory) -> dict:
-    """One process with batch 16 and two processes with batch 8 on the same data and seed; the
-    two-process run once with each gradient all-reduce."""
+    """One process with batch 16 and two processes with batch 8 on the same data and seed."""
     root = tmp_path_factory.mktemp("runs")
     base = [*data_overrides(odd_data), *COMMON]
-    shm_files = set(SHM_DIR.glob("reltrain-allreduce-*"))
-    ok(single("train", *base, "train.batch_size=16", f"output_dir={root / 'one'}"))
-    ok(torchrun(2, "train", *base, "train.batch_size=8", f"output_dir={root / 'two'}"))
-    ok(torchrun(2, "train", *base, "train.batch_size=8", "dist.cpu_allreduce=gloo",
-                f"output_dir={root / 'two_gloo'}"))
-    return {"one": root / "one", "two": root / "two", "two_gloo": root / "two_gloo",
-            "shm_files_left": set(SHM_DIR.glob("reltrain-allreduce-*")) - shm_files}
+    ok(run_cli("train", *base, "train.batch_size=16", f"output_dir={root / 'one'}"))
+    ok(torchrun(2, "-m", "reltrain", "train", *base, "train.batch_size=8", f"output_dir={root / 'two'}"))
+    return {"one": root / "one", "two": root / "two"}
 
 
 def metrics_log(run_dir: Path) -> list[dict]:
@@ -88,19 +61,6 @@ def test_two_processes_equal_one_with_the_global_batch(runs):
     assert (summary["world_size"], summary["batch_size"], summary["global_batch_size"]) == (2, 8, 16)
 
 
-@pytest.mark.skipif(not SHM_DIR.is_dir() or platform.machine() not in ("x86_64", "AMD64"),
-                    reason="the shared-memory all-reduce needs /dev/shm and x86")
-def test_shared_memory_all_reduce_trains_the_same_weights_as_gloo(runs):
-    assert "gradient all-reduce: shared memory" in (runs["two"] / "train.log").read_text()
-    assert "gradient all-reduce: gloo" in (runs["two_gloo"] / "train.log").read_text()
-    assert json.loads((runs["two"] / "summary.json").read_text())["grad_allreduce"] == "shm"
-    shm = torch.load(runs["two"] / "checkpoints/last.pt", weights_only=True)["model"]
-    gloo = torch.load(runs["two_gloo"] / "checkpoints/last.pt", weights_only=True)["model"]
-    for key in gloo:  # two ranks: the same sums in the same rounding, so the same bits
-        assert torch.equal(shm[key], gloo[key]), key
-    assert not runs["shm_files_left"]  # rank 0 unlinks the file once every rank mapped it
-
-
 def evaluate_json(result) -> dict:
     text = ok(result).stdout
     return json.loads(text[text.index("{"):])
@@ -109,8 +69,8 @@ def evaluate_json(result) -> dict:
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_distributed_evaluation_is_exact(runs, odd_data, nproc):
     ckpt = str(runs["two"] / "checkpoints/best.pt")
-    alone = evaluate_json(single("evaluate", ckpt, odd_data["test"]))
-    spread = evaluate_json(torchrun(nproc, "evaluate", ckpt, odd_data["test"]))
+    alone = evaluate_json(run_cli("evaluate", ckpt, odd_data["test"]))
+    spread = evaluate_json(torchrun(nproc, "-m", "reltrain", "evaluate", ckpt, odd_data["test"]))
     assert spread == alone and alone["num_examples"] == 79
     if nproc == 2:  # the test figures written by the 2-process training run, too
         summary = json.loads((runs["two"] / "summary.json").read_text())
@@ -120,7 +80,7 @@ def test_distributed_evaluation_is_exact(runs, odd_data, nproc):
 
 def test_tutorial_launcher_script(odd_data, tmp_path):
     ok(run([sys.executable, "-m", "torch.distributed.launch", "--nproc_per_node=2",
-            "scripts/reltrain_train.py", *data_overrides(odd_data), *COMMON, "train.epochs=1",
+            str(ROOT / "scripts/reltrain_train.py"), *data_overrides(odd_data), *COMMON, "train.epochs=1",
             f"output_dir={tmp_path}"]))
     assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 2
 
@@ -131,7 +91,7 @@ def test_both_local_rank_spellings_are_accepted():
 
 
 def test_devices_convenience_goes_through_torch_distributed_run(odd_data, tmp_path):
-    result = ok(single("train", "devices=2", *data_overrides(odd_data), *COMMON,
+    result = ok(run_cli("train", "devices=2", *data_overrides(odd_data), *COMMON,
                        "train.epochs=1", f"output_dir={tmp_path}"))
     assert "torch.distributed.run" in result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["world_size"] == 2
@@ -149,7 +109,7 @@ def test_two_nodes_on_localhost(odd_data, tmp_path):
         [sys.executable, "-m", "torch.distributed.run", "--nnodes=2", "--nproc_per_node=1",
          "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-nodes",
          "-m", "reltrain", "train", *data_overrides(odd_data), *COMMON, "train.epochs=1",
-         f"output_dir={tmp_path}"], env=ENV, cwd=ROOT, stdout=subprocess.PIPE,
+         f"output_dir={tmp_path}"], env={**os.environ, **WORKER_ENV}, cwd=tmp_path, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True) for _ in range(2)]
     outputs = [p.communicate(timeout=300) for p in procs]
     for p, (out, err) in zip(procs, outputs):
@@ -178,22 +138,21 @@ def test_a_failing_rank_stops_the_job(odd_data, tmp_path):
     script = tmp_path / "failing.py"
     script.write_text(FAILING)
     # A hang would hit the subprocess timeout and fail the test; the job must end by itself.
-    result = run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                  "--nproc_per_node=2", str(script), *data_overrides(odd_data), *COMMON,
-                  "dist.timeout_s=60", f"output_dir={tmp_path / 'run'}"], timeout=180)
+    result = torchrun(2, str(script), *data_overrides(odd_data), *COMMON, "dist.timeout_s=60",
+                      f"output_dir={tmp_path / 'run'}", timeout=180)
     assert result.returncode != 0
     assert "injected failure on rank 1" in result.stdout + result.stderr
 
 
 def test_data_parallel_without_gpus_says_so_and_trains(odd_data, tmp_path):
-    result = ok(single("train", "dist.strategy=dp", *data_overrides(odd_data), *COMMON,
+    result = ok(run_cli("train", "dist.strategy=dp", *data_overrides(odd_data), *COMMON,
                        "train.epochs=1", f"output_dir={tmp_path}"))
     assert "dist.strategy=dp needs GPUs" in result.stderr
     assert json.loads((tmp_path / "summary.json").read_text())["strategy"] == "dp"
 
 
 def test_strategy_ddp_without_a_launcher_is_a_clear_error(odd_data, tmp_path):
-    result = single("train", "dist.strategy=ddp", *data_overrides(odd_data), f"output_dir={tmp_path}")
+    result = run_cli("train", "dist.strategy=ddp", *data_overrides(odd_data), f"output_dir={tmp_path}")
     assert result.returncode == 2 and "needs a launcher" in result.stderr
 
 

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -19,35 +16,13 @@ from reltrain.data.schema import Entity, Record
 from reltrain.data.vectors import load_word_vectors
 from reltrain.data.vocab import Vocab
 
-from conftest import ROOT, ZH_ROWS, data_overrides, write_csv
+from conftest import ZH_ROWS, data_overrides, ok, torchrun, write_csv
 
 pytestmark = pytest.mark.slow
 
 SMALL = {"bilstm": ["model.rnn_hidden=32", "model.rnn_layers=1"],
          "transformer": ["model.tf_dim=32", "model.tf_layers=1", "model.tf_ff=64"]}
 BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16"]
-
-
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory) -> str:
-    """A randomly initialised 2-layer BERT with a fast tokenizer, saved like any model folder."""
-    from transformers import BertConfig, BertModel, BertTokenizerFast
-
-    from reltrain.examples import EXAMPLE_DIR
-
-    folder = tmp_path_factory.mktemp("tiny-bert")
-    words = set()
-    for line in (EXAMPLE_DIR / "train.jsonl").read_text().splitlines():
-        words.update(json.loads(line)["text"].lower().split())
-    chinese = "张玲导演说很满意红楼的拍摄谢万松湖北省武汉市人"
-    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *sorted(words), *chinese]
-    (folder / "vocab.txt").write_text("\n".join(dict.fromkeys(vocab)) + "\n")
-    BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
-    torch.manual_seed(0)
-    config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
-    BertModel(config).save_pretrained(folder)
-    return str(folder)
 
 
 def encoder_args(name: str, tiny_bert: str) -> list[str]:
@@ -75,13 +50,8 @@ def test_encoder_trains_resumes_evaluates_predicts(name, small_en, tiny_bert, tm
 
 @pytest.mark.parametrize("name", ["bilstm", "transformer", "lm"])
 def test_encoder_under_two_process_ddp(name, small_en, tiny_bert, tmp_path):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "reltrain", "train", *data_overrides(small_en), *BASE, "train.epochs=1",
-         "train.batch_size=8", *encoder_args(name, tiny_bert), f"output_dir={tmp_path}"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    ok(torchrun(2, "-m", "reltrain", "train", *data_overrides(small_en), *BASE, "train.epochs=1",
+                "train.batch_size=8", *encoder_args(name, tiny_bert), f"output_dir={tmp_path}"))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_batch_size"] == 16
     ckpt = torch.load(tmp_path / "checkpoints/best.pt", weights_only=True)
@@ -163,14 +133,9 @@ def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
 
 def test_lm_added_tokens_under_two_process_ddp(tiny_bert, tmp_path):
     data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    result = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-         "-m", "reltrain", "train", *(f"data.{k}={data}" for k in ("train", "valid", "test")),
-         *BASE, "train.batch_size=1", "train.epochs=1", "model.name=lm",
-         f"model.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"],
-        capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
+    ok(torchrun(2, "-m", "reltrain", "train", *(f"data.{k}={data}" for k in ("train", "valid", "test")),
+                *BASE, "train.batch_size=1", "train.epochs=1", "model.name=lm",
+                f"model.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"))
     ckpt = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
     assert "是" in ckpt["lm"]["added"] and "added.weight" in ckpt["model"]
 

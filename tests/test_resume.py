@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,11 +15,10 @@ from reltrain.cli import main
 from reltrain.errors import UserError
 from reltrain.training import checkpoint as ckpt_mod
 
-from conftest import ROOT, data_overrides
+from conftest import data_overrides, run, torchrun as torchrun_n
 
 pytestmark = pytest.mark.slow
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
 BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.num_filters=32"]
 
 # Runs reltrain train, but the worker kills or signals itself once, at a chosen step.
@@ -43,11 +41,6 @@ def run_batch(self, batch, step):
 Trainer._run_batch = run_batch
 sys.exit(main(["train", *sys.argv[1:]]))
 """
-
-
-def run(cmd, extra_env=None, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, env={**ENV, **(extra_env or {})},
-                          timeout=timeout, cwd=ROOT)
 
 
 def weights(run_dir: Path) -> dict:
@@ -101,8 +94,7 @@ def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_e
 
 
 def torchrun(args, env=None, restarts=0, timeout=300):
-    return run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                f"--max-restarts={restarts}", *args], env, timeout)
+    return torchrun_n(2, *args, extra_env=env, restarts=restarts, timeout=timeout)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ import torch
 import reltrain
 from reltrain.cli import main
 
-from conftest import data_overrides, read_jsonl, run_cli
+from conftest import data_overrides, read_jsonl, run_cli, user_error
 
 
 @pytest.fixture(scope="session")
@@ -92,18 +92,11 @@ def test_predict_file_and_text(trained, small_en, tmp_path, capsys):
 
 
 def test_no_arguments_trains_the_bundled_example(tmp_path):
-    result = run_cli("train", "train.epochs=2", "log.progress=false", env={"PWD": str(tmp_path)})
+    result = run_cli("train", "train.epochs=2", "log.progress=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
+    assert len(list((tmp_path / "runs").iterdir())) == 1
     assert "run directory:" in result.stdout and "test (best checkpoint): macro-F1" in result.stdout
     assert "bundled English example" in result.stderr
-
-
-def _user_error(result) -> str:
-    assert result.returncode == 2, (result.stdout, result.stderr)
-    assert "Traceback" not in result.stderr
-    lines = [ln for ln in result.stderr.splitlines() if ln.startswith("reltrain: error:")]
-    assert len(lines) == 1, result.stderr
-    return lines[0]
 
 
 def test_bad_input_is_one_line_exit_2_everywhere(trained, tmp_path):
@@ -113,12 +106,12 @@ def test_bad_input_is_one_line_exit_2_everywhere(trained, tmp_path):
     ckpt = str(trained / "checkpoints/best.pt")
     for args in (["train", f"data.train={bad}", "data.cache_dir=" + str(tmp_path / "c")],
                  ["evaluate", ckpt, str(bad)], ["predict", ckpt, str(bad)]):
-        line = _user_error(run_cli(*args))
+        line = user_error(run_cli(*args))
         assert "bad.csv:2: field 'head_offset'" in line, line
     unknown = tmp_path / "unknown.csv"
     unknown.write_text("sentence,relation,head,head_offset,tail,tail_offset\n"
                        "Ann met Bob .,knows,Ann,0,Bob,8\n")
-    assert "unknown relation 'knows'" in _user_error(run_cli("evaluate", ckpt, str(unknown)))
+    assert "unknown relation 'knows'" in user_error(run_cli("evaluate", ckpt, str(unknown)))
 
 
 def test_skip_bad_rows_trains_and_reports(small_en, tmp_path, capsys):
@@ -135,10 +128,10 @@ def test_skip_bad_rows_trains_and_reports(small_en, tmp_path, capsys):
 
 
 def test_config_errors_and_help(capsys):
-    assert _user_error(run_cli("train", "train.epochs=abc")).startswith("reltrain: error: bad option")
-    assert "train.nope" in _user_error(run_cli("train", "train.nope=1"))
-    assert "model.kernel_sizes" in _user_error(run_cli("train", "model.kernel_sizes=[2,4]"))
-    assert "device must be" in _user_error(run_cli("train", "device=tpu"))
+    assert user_error(run_cli("train", "train.epochs=abc")).startswith("reltrain: error: bad option")
+    assert "train.nope" in user_error(run_cli("train", "train.nope=1"))
+    assert "model.kernel_sizes" in user_error(run_cli("train", "model.kernel_sizes=[2,4]"))
+    assert "device must be" in user_error(run_cli("train", "device=tpu"))
     with pytest.raises(SystemExit):
         main(["train", "--help"])
     text = capsys.readouterr().out

@@ -61,32 +61,40 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--skip-bad-rows", action="store_true", help="skip invalid rows instead of stopping")
 
 
-def _relaunch(devices: int, args) -> int:
-    """``devices=N``: start the same command as N local workers through torch.distributed.run."""
-    import subprocess
-
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-           f"--nproc_per_node={devices}", "-m", "reltrain", "train"]
-    if args.config:
-        cmd += ["--config", args.config]
-    cmd += args.overrides  # devices=N stays: the workers see the launcher's env and train
-    print(f"reltrain: starting {devices} processes: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
-    return subprocess.call(cmd)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from reltrain.logs import setup_console_logging
+
+    setup_console_logging(os.environ.get("RANK", "0") == "0")
     try:
         return _dispatch(args)
     except UserError as exc:
         print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except Preempted as exc:
-        print(f"reltrain: {exc}; run the same command to resume", file=sys.stderr, flush=True)
+        if os.environ.get("RANK", "0") == "0":  # one message for the job, not one per rank
+            print(f"reltrain: {exc}{_resume_hint(args, exc)}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
         print("reltrain: interrupted", file=sys.stderr)
         return 130
+
+
+def _resume_hint(args, exc: Preempted) -> str:
+    """The command that continues a stopped run: the same one, with the run's output_dir."""
+    if not exc.checkpoint:
+        return ""
+    import shlex
+
+    overrides = [o for o in args.overrides if not o.startswith("output_dir=")]
+    devices = [o for o in overrides if o.startswith("devices=")]
+    from reltrain.training.distributed import launched_by_torchrun
+
+    if launched_by_torchrun() and not devices:
+        return f"; to resume, run the same launch command with output_dir={exc.run_dir}"
+    command = ["reltrain", "train", *(["--config", args.config] if args.config else []),
+               *overrides, f"output_dir={exc.run_dir}"]
+    return f"; to resume: {shlex.join(command)}"
 
 
 def _dispatch(args) -> int:
@@ -100,7 +108,14 @@ def _dispatch(args) -> int:
             from reltrain.training.distributed import launched_by_torchrun
 
             if not launched_by_torchrun():
-                return _relaunch(cfg.devices, args)
+                from reltrain.launch import run_local_workers
+
+                from reltrain.training.run_dir import new_run_dir
+
+                config = ["--config", args.config] if args.config else []
+                # The run directory is named here, so that a rerun can name it too.
+                run_dir = [] if cfg.output_dir else [f"output_dir={new_run_dir(cfg)}"]
+                return run_local_workers(cfg.devices, ["train", *config, *args.overrides, *run_dir])
         if args.command == "preprocess":
             from reltrain.preprocess_cmd import run_preprocess
 

@@ -93,8 +93,6 @@ class DistConfig:
     timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
-    cpu_allreduce: str = _opt("auto", "gradient all-reduce of DDP on CPU: auto (shared memory when "
-                              "every rank is on this host, else gloo), shm or gloo")
 
 
 @dataclass
@@ -125,6 +123,9 @@ class Config:
 
 
 METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy")
+DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
+# Keys older versions wrote into checkpoints and this one no longer has (ignored on load).
+_REMOVED_KEYS = {"dist": ("cpu_allreduce",)}
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -158,6 +159,8 @@ def config_from_dict(data: dict) -> Config:
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    data = {section: ({k: v for k, v in values.items() if k not in _REMOVED_KEYS.get(section, ())}
+                      if isinstance(values, dict) else values) for section, values in data.items()}
     try:
         return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), data))
     except OmegaConfBaseException as exc:
@@ -228,6 +231,8 @@ def validate(cfg: Config) -> None:
     _check(t.lr > 0, "train.lr must be positive")
     _check(t.weight_decay >= 0 and t.grad_clip >= 0, "train.weight_decay and grad_clip must be >= 0")
     _check(0 < t.lr_factor < 1, "train.lr_factor must be in (0, 1)")
+    _check(t.lr_patience >= 0, "train.lr_patience must be >= 0")
+    _check(t.early_stopping >= 0, "train.early_stopping must be >= 0 (0: off)")
     _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
     _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
     _check(t.amp in ("auto", "off", "bf16", "fp16"), "train.amp must be auto, off, bf16 or fp16")
@@ -236,19 +241,23 @@ def validate(cfg: Config) -> None:
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
-    _check(dist.cpu_allreduce in ("auto", "shm", "gloo"), "dist.cpu_allreduce must be auto, shm or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
     _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
     _check(cfg.log.tensorboard in ("auto", "true", "false"),
            "log.tensorboard must be auto, true or false")
     _check(cfg.devices >= 0, "devices must be >= 0")
+    _check(all(i >= 0 for i in dist.dp_devices), "dist.dp_devices must be GPU ids >= 0")
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
     _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
            f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
-    dev = cfg.device
-    _check(dev in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", dev) is not None,
-           f"device must be auto, cpu, cuda or cuda:N, not '{dev}'")
+    check_device_name(cfg.device)
+
+
+def check_device_name(name: str) -> None:
+    """A one-line error for a device name reltrain does not know (before anything starts)."""
+    _check(name in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", str(name)) is not None,
+           f"device must be {DEVICE_NAMES}, not '{name}'")
 
 
 def describe_options() -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import signal
+
 
 class UserError(Exception):
     """Bad options, bad data or a bad file: reported without a traceback."""
@@ -18,11 +20,18 @@ class DataError(UserError):
 
 
 class Preempted(Exception):
-    """Training stopped on SIGTERM / SIGINT after saving a checkpoint; rerun to resume."""
+    """The run stopped on a signal (SIGTERM, SIGINT); ``checkpoint`` holds the state to resume
+    from when the signal came during training, else None."""
 
-    def __init__(self, signum: int, checkpoint: str):
-        self.signum, self.checkpoint = signum, checkpoint
-        super().__init__(f"stopped by signal {signum}; state saved to {checkpoint}")
+    def __init__(self, signum: int, checkpoint: str | None = None, run_dir: str | None = None,
+                 when: str = ""):
+        self.signum, self.checkpoint, self.run_dir = signum, checkpoint, run_dir
+        name = signal.Signals(signum).name
+        if checkpoint:
+            text = f"stopped by {name}; state saved in {checkpoint}"
+        else:
+            text = f"stopped by {name}{' ' + when if when else ''}"
+        super().__init__(text)
 
     @property
     def exit_code(self) -> int:

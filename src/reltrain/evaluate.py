@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
-from reltrain.errors import UserError
+from reltrain.output import check_output, write_output
 from reltrain.predict import Predictor
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
@@ -20,21 +19,19 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
         reltrain evaluate runs/x/checkpoints/best.pt test.csv
         torchrun --nproc_per_node=2 -m reltrain evaluate runs/x/checkpoints/best.pt test.csv
     """
+    check_output(output, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device)
+        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx)
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
         metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
-                              predictor.labels)
+                              predictor.labels, ctx)
         metrics["skipped_rows"] = len(result.skipped)
         if ctx.is_main:
             text = json.dumps(metrics, indent=2, ensure_ascii=False)
             if output:
-                try:
-                    Path(output).write_text(text + "\n", encoding="utf-8")
-                except OSError as exc:
-                    raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+                write_output(output, text + "\n")
             print(text, flush=True)
         return metrics
     finally:
-        D.teardown()
+        D.teardown(ctx)

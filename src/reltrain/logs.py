@@ -1,12 +1,16 @@
-"""Logging for the entry points. Called by run_* functions, never on import."""
+"""Logging. The command line sets up the console; a run adds its ``train.log`` for its own
+duration only. Importing reltrain sets up nothing, and a library user's own logging set-up
+(handlers, propagation, other libraries' levels) is left as it is."""
 
 from __future__ import annotations
 
 import logging
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 _FORMAT = "%(asctime)s %(message)s"
+_LOGGER = "reltrain"
 
 
 class _TqdmHandler(logging.StreamHandler):
@@ -21,24 +25,37 @@ class _TqdmHandler(logging.StreamHandler):
             self.handleError(record)
 
 
-def setup_logging(is_main: bool) -> logging.Logger:
-    """INFO on global rank 0, warnings only elsewhere (each rank's errors stay visible)."""
-    logger = logging.getLogger("reltrain")
-    for handler in list(logger.handlers):
+def setup_console_logging(is_main: bool) -> None:
+    """For the ``reltrain`` command: INFO on global rank 0, warnings only elsewhere."""
+    logger = logging.getLogger(_LOGGER)
+    for handler in [h for h in logger.handlers if isinstance(h, _TqdmHandler)]:
         logger.removeHandler(handler)
-        handler.close()
     handler = _TqdmHandler()
     handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
     logger.addHandler(handler)
     logger.setLevel(logging.INFO if is_main else logging.WARNING)
-    logger.propagate = False
-    return logger
 
 
-def add_file_log(path: Path) -> None:
+@contextmanager
+def run_log(path: Path | None):
+    """Copy reltrain's INFO messages into ``path`` (a run's ``train.log``) while the run lasts."""
+    if path is None:
+        yield
+        return
+    logger = logging.getLogger(_LOGGER)
     handler = logging.FileHandler(path, encoding="utf-8")
     handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
-    logging.getLogger("reltrain").addHandler(handler)
+    handler.setLevel(logging.INFO)
+    level = logger.level
+    if logger.getEffectiveLevel() > logging.INFO:
+        logger.setLevel(logging.INFO)  # else INFO records never reach the file
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+        logger.setLevel(level)
 
 
 def progress_enabled(setting: str, is_main: bool) -> bool:

@@ -11,13 +11,13 @@ import torch
 
 from reltrain.config import Config, config_from_dict
 from reltrain.data.dataset import RelationDataset
+from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import encode_records
 from reltrain.data.readers import read_records
 from reltrain.data.schema import Entity, Record
-from reltrain.data.tokenize import Tokenizer
-from reltrain.data.vocab import Vocab
 from reltrain.errors import UserError
 from reltrain.models import build_model
+from reltrain.output import check_output, write_output
 from reltrain.training import distributed as D
 from reltrain.training.checkpoint import load_checkpoint
 from reltrain.training.evaluation import eval_loader, predict_probs
@@ -33,53 +33,43 @@ class Predictor:
     """
 
     def __init__(self, model: torch.nn.Module, config: Config, labels: list[str],
-                 device: torch.device, vocab: Vocab | None = None, lm=None):
+                 encoder: TextEncoder, ctx: D.DistContext):
         self.model, self.config, self.labels = model.eval(), config, labels
-        self.device, self.vocab, self.lm = device, vocab, lm
-        self.tokenizer = Tokenizer.from_config(config.data)
+        self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
         self.label_index = {name: i for i, name in enumerate(labels)}
 
     @classmethod
-    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu") -> "Predictor":
-        device = D.resolve_device("auto") if device == "auto" else torch.device(device)
+    def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
+                        ctx: D.DistContext | None = None) -> "Predictor":
+        """``ctx``: the distributed context when every rank predicts a share (evaluate)."""
+        if ctx is None:
+            ctx = D.DistContext(device=device if isinstance(device, torch.device)
+                                else D.resolve_device(device))
         payload = load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
         labels = list(payload["labels"])
-        vocab, lm = None, None
-        if payload.get("lm"):
-            from reltrain.data.lm import LMTokenizer
-
-            saved = payload["lm"]
-            lm = LMTokenizer.from_files(saved["files"], saved["types"], saved.get("added"))
-            size = len(lm)
-        else:
-            vocab = Vocab(payload["vocab"])
-            size = len(vocab)
-        model = build_model(config.model, size, len(labels), config.data.pos_limit,
-                            hf_config=payload.get("hf_config"),
-                            added_tokens=len(lm.added) if lm is not None else 0)
+        encoder, _, _ = identity_encoder(payload, config.data)
+        model = build_model(config.model, encoder.size, len(labels), config.data.pos_limit,
+                            hf_config=payload.get("hf_config"), added_tokens=encoder.added_tokens)
         try:
             model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
         except RuntimeError as exc:
             raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
                             f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        return cls(model.to(device), config, labels, device, vocab, lm)
+        return cls(model.to(ctx.device), config, labels, encoder, ctx)
 
     def dataset(self, records: list[Record]) -> RelationDataset:
-        if self.lm is not None:
-            tokenize, to_ids, pad_id = self.lm, list, self.lm.pad_id
-        else:
-            tokenize, to_ids, pad_id = self.tokenizer, self.vocab.encode, 0
-        split, _, _ = encode_records(records, tokenize, to_ids, self.label_index,
+        enc = self.encoder
+        split, _, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
                                      self.config.data.max_len)
-        return RelationDataset(split, self.config.data.pos_limit, pad_id)
+        return RelationDataset(split, self.config.data.pos_limit, enc.pad_id)
 
     def probabilities(self, records: list[Record], batch_size: int = 256,
                       progress: bool = False) -> np.ndarray:
         """(N, C) probabilities, in the order of ``records``."""
         data = self.dataset(records)
-        return predict_probs(self.model, eval_loader(data, batch_size), len(data), progress,
-                             desc="predict")
+        return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),
+                             self.ctx, progress, desc="predict")
 
     def predict(self, records: list[Record], top_k: int = 3, batch_size: int = 256,
                 progress: bool = False) -> list[dict]:
@@ -113,7 +103,10 @@ def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
             offset = text.find(name)
             if offset < 0:
                 raise UserError(f"--{role} '{name}' does not occur in the text")
-        if offset < 0 or text[offset:offset + len(name)] != name:
+        if not 0 <= offset <= len(text) - len(name):
+            raise UserError(f"--{role}-offset {offset}: outside the text (a character offset "
+                            f"from 0 to {max(len(text) - len(name), 0)} for '{name}')")
+        if text[offset:offset + len(name)] != name:
             raise UserError(f"--{role}-offset {offset}: the text there is "
                             f"'{text[offset:offset + len(name)]}', not '{name}'")
         return Entity(name, offset, offset + len(name))
@@ -135,6 +128,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         reltrain predict runs/x/checkpoints/best.pt new.csv --output predictions.jsonl
         reltrain predict runs/x/checkpoints/best.pt --text "..." --head A --tail B
     """
+    check_output(output, (data, checkpoint))
     predictor = Predictor.from_checkpoint(checkpoint, device=device)
     if data is not None:
         result = read_records(data, None, require_relation=False, skip_bad_rows=skip_bad_rows)
@@ -148,10 +142,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     results = predictor.predict(records, top_k=top_k)
     lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
     if output:
-        try:
-            Path(output).write_text(lines, encoding="utf-8")
-        except OSError as exc:
-            raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+        write_output(output, lines)
     else:
         print(lines, end="", flush=True)
     return results

@@ -6,7 +6,7 @@ import json
 import logging
 import resource
 import statistics
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -14,10 +14,11 @@ from torch.utils.data import DataLoader
 
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
+from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import Prepared, prepare_run, token_identity
-from reltrain.errors import Preempted, UserError
+from reltrain.errors import Preempted
 from reltrain.examples import use_example_data
-from reltrain.logs import add_file_log, progress_enabled, setup_logging
+from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
 from reltrain.training import distributed as D
 from reltrain.training.callbacks import build_callbacks
@@ -26,7 +27,8 @@ from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
 from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_amp
 from reltrain.training.preemption import StopRequest
-from reltrain.training.resume import find_resume, load_best_weights, restore
+from reltrain.training.resume import find_resume, load_best_weights, restore, run_complete
+from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
 from reltrain.training.trainer import Trainer, TrainState
 
 log = logging.getLogger("reltrain.train")
@@ -38,57 +40,48 @@ def run_train(cfg: Config) -> dict:
     One device:   reltrain train data.train=train.csv data.valid=valid.csv data.test=test.csv
     Many (DDP):   torchrun --standalone --nproc_per_node=4 -m reltrain train data.train=...
     Resumes from the latest good checkpoint in output_dir (resume=auto), so rerunning the same
-    command after a crash or preemption continues the run.
+    command (with the run's output_dir) after a crash or preemption continues the run.
     """
     ctx = D.setup(cfg.device, cfg.dist)
-    stop = StopRequest().install()
+    stop = StopRequest(announce=ctx.is_main).install()
+    run_dir = Path(ctx.broadcast_object(str(new_run_dir(cfg)) if ctx.is_main else None))
+    lock = RunDirLock(run_dir)
     try:
-        setup_logging(ctx.is_main)
-        if use_example_data(cfg.data):
-            log.info("no data.train given: training on the bundled English example")
-        seed_everything(cfg.train.seed)
-        run_dir = Path(D.broadcast_object(_new_run_dir(cfg) if ctx.is_main else None))
-        progress = progress_enabled(cfg.log.progress, ctx.is_main)
-        with D.main_first():  # rank 0 fills the cache; the others then read it
-            prepared = prepare_run(cfg, progress)
-        identity = {**token_identity(prepared), "labels": prepared.labels}
-        payload = find_resume(cfg, run_dir, identity)
-        if ctx.is_main:
-            _start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
-            _describe(cfg, ctx, prepared)
-        return _fit_and_test(cfg, ctx, prepared, run_dir, progress, payload, stop, identity)
+        ctx.agree(lock.acquire)  # before anything reads or writes the run directory
+        with run_log(run_dir / "train.log" if ctx.is_main else None):
+            return _train(cfg, ctx, run_dir, stop)
+    except Preempted as exc:
+        exc.run_dir = str(run_dir)
+        raise
     finally:
         stop.restore()
-        D.teardown()
+        lock.release()
+        D.teardown(ctx)
 
 
-def _new_run_dir(cfg: Config) -> str:
-    if cfg.output_dir:
-        return cfg.output_dir
-    run_id = D.launcher_run_id()  # stable across torchrun's restarts, so they find the checkpoints
-    name = f"torchrun-{run_id}" if run_id else time.strftime("%Y%m%d-%H%M%S")
-    return str(Path("runs") / f"{name}-{cfg.model.name}")
-
-
-def _start_run_dir(run_dir: Path, cfg: Config, next_epoch: int) -> None:
-    """Create the run directory; on resume keep the metrics of the epochs already finished."""
-    from omegaconf import OmegaConf
-
-    log_path = run_dir / "metrics.jsonl"
-    try:
-        (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        for stale in (run_dir / "checkpoints").glob("*.tmp"):  # left by a write that was killed
-            stale.unlink()
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        kept = [line for line in _read_lines(log_path) if json.loads(line)["epoch"] < next_epoch]
-        log_path.write_text("".join(line + "\n" for line in kept))
-    except OSError as exc:
-        raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
-    add_file_log(run_dir / "train.log")
-
-
-def _read_lines(path: Path) -> list[str]:
-    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
+def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) -> dict:
+    if use_example_data(cfg.data):
+        log.info("no data.train given: training on the bundled English example")
+    seed_everything(cfg.train.seed)
+    progress = progress_enabled(cfg.log.progress, ctx.is_main)
+    with ctx.main_first():  # rank 0 fills the cache; the others then read it
+        prepared = prepare_run(cfg, progress)
+    identity = {**token_identity(prepared), "labels": prepared.labels,
+                "data_key": prepared.cache_key}
+    payload = find_resume(cfg, run_dir, identity, ctx)
+    if ctx.is_main:
+        start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
+        _describe(cfg, ctx, prepared)
+    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload)
+    state = _fit(parts, ctx, run_dir, payload, stop)
+    summary = _summary(cfg, ctx, state, run_dir, prepared)
+    if "test" in parts.sets:
+        _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
+    if ctx.is_main:
+        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+        _print_summary(summary)
+    ctx.barrier()
+    return summary
 
 
 def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
@@ -99,9 +92,10 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
              cfg.train.batch_size * ctx.world_size)
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
-    log.info("data: %s rows; %d relations; vocabulary %d; tokenizer %s; cache %s%s",
-             rows, len(prepared.labels), prepared.vocab_size, meta["tokenizer"],
-             prepared.cache_path, " (reused)" if prepared.reused else "")
+    cache = (f"{prepared.cache_path}{' (reused)' if prepared.reused else ''}"
+             if prepared.cache_path else "off (the cache location is not writable)")
+    log.info("data: %s rows; %d relations; vocabulary %d; tokenizer %s; cache %s", rows,
+             len(prepared.labels), prepared.vocab_size, meta["tokenizer"], cache)
     for split, reasons in meta["skipped"].items():
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
@@ -111,25 +105,27 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
         log.info("sentences cut to data.max_len=%d around the entities: %s", cfg.data.max_len, cut)
 
 
-def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
-                  progress: bool, payload: dict | None, stop: StopRequest, identity: dict) -> dict:
-    pos_limit = cfg.data.pos_limit
-    pad_id = prepared.lm.pad_id if prepared.lm is not None else 0
-    sets = {name: RelationDataset(split, pos_limit, pad_id) for name, split in prepared.splits.items()}
+@dataclass
+class _Parts:
+    """What ``_build`` makes for a run: the trainer (holding model, optimizer, loaders) and data."""
+
+    trainer: Trainer
+    sets: dict[str, RelationDataset]
+    callbacks: list
+
+
+def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, identity: dict,
+           progress: bool, stop: StopRequest, payload: dict | None) -> _Parts:
+    """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
+    encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
+    sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
+            for name, split in prepared.splits.items()}
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 ctx.rank, ctx.world_size, bucket=cfg.data.bucket)
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
                         num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
                         persistent_workers=cfg.data.num_workers > 0)
-    added = len(prepared.lm.added) if prepared.lm is not None else 0
-    model = build_model(cfg.model, prepared.vocab_size, len(prepared.labels), pos_limit,
-                        added_tokens=added)
-    if payload:  # load into the plain model, then wrap
-        model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
-    elif cfg.model.word_vectors:
-        _init_word_vectors(model, cfg, prepared)
-    if cfg.model.freeze_embeddings and hasattr(model, "embed"):
-        model.embed.word.weight.requires_grad_(False)
+    model = _build_model(cfg, prepared, encoder, payload)
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
     scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
@@ -138,34 +134,46 @@ def _fit_and_test(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: 
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
     static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
               "hf_config": model_hf_config(D.unwrap(model))}
-    checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler,
-                                scaler, keep=cfg.ckpt.keep)
+    checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
+                                scaler=scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
-                      prepared.labels, cfg.train, checkpointer, callbacks, progress,
+                      prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
                       every_steps=cfg.ckpt.every_steps, stop=stop, amp=amp, scaler=scaler)
-    state = TrainState()
+    return _Parts(trainer, sets, callbacks)
+
+
+def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload: dict | None):
+    model = build_model(cfg.model, encoder.size, len(prepared.labels), cfg.data.pos_limit,
+                        added_tokens=encoder.added_tokens)
+    if payload:  # load into the plain model, then wrap
+        model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
+    elif cfg.model.word_vectors:
+        _init_word_vectors(model, cfg, prepared)
+    if cfg.model.freeze_embeddings and hasattr(model, "embed"):
+        model.embed.word.weight.requires_grad_(False)
+    return model
+
+
+def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, payload: dict | None,
+         stop: StopRequest) -> TrainState:
+    """Restore a resumed run's state, then train the epochs that are left."""
+    trainer, state = parts.trainer, TrainState()
     if payload:
-        state = restore(payload, model, optimizer, scheduler, trainer, scaler)
-        trainer.best_weights = load_best_weights(run_dir, state)
-        for cb in callbacks:
-            cb.resume([json.loads(ln) for ln in _read_lines(run_dir / "metrics.jsonl")])
+        state = restore(payload, trainer.model, trainer.optimizer, trainer.schedule, trainer, ctx,
+                        trainer.scaler)
+        trainer.best_weights = load_best_weights(run_dir, state, ctx)
+        for cb in parts.callbacks:
+            cb.resume(read_history(run_dir))
+        if run_complete(payload["state"], trainer.cfg.epochs) and "test" in parts.sets:
+            log.info("re-scoring the best checkpoint (epoch %s) on the test set",
+                     (state.best or {}).get("epoch"))
     try:
-        state = trainer.fit(state)
-    except Preempted as exc:
-        log.warning("%s; run the same command again to resume", exc)
-        raise
+        with stop.training():
+            return trainer.fit(state)
     finally:
-        for cb in callbacks:
+        for cb in parts.callbacks:
             cb.close()
-    summary = _summary(cfg, ctx, state, run_dir, prepared)
-    if "test" in sets:
-        _score_test(cfg, ctx, trainer, state, sets["test"], prepared, run_dir, progress, summary)
-    if ctx.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
-        _print_summary(summary)
-    D.barrier()
-    return summary
 
 
 def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
@@ -181,28 +189,28 @@ def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
              "; frozen" if cfg.model.freeze_embeddings else "")
 
 
-def _score_test(cfg, ctx, trainer, state, test_set, prepared, run_dir, progress, summary) -> None:
+def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summary) -> None:
     """Every rank loads the same best weights (kept in memory: node-local run dirs work)."""
+    trainer, test_set = parts.trainer, parts.sets["test"]
     model = D.unwrap(trainer.model)
     if trainer.best_weights is not None:
         model.load_state_dict(trainer.best_weights)
     else:
         log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
-    metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, prepared.labels,
-                             progress, desc="test")
+    metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
+                             desc="test")
     summary["test"] = metrics
     if ctx.is_main and cfg.log.plots:
         from reltrain.training.plots import plot_confusion
 
-        matrix = confusion(test_set.split.labels, pred, len(prepared.labels))
-        plot_confusion(matrix, prepared.labels, run_dir / "plots" / "confusion_test.png",
+        matrix = confusion(test_set.split.labels, pred, len(labels))
+        plot_confusion(matrix, labels, run_dir / "plots" / "confusion_test.png",
                        f"Test confusion (best epoch {state.best['epoch']})")
 
 
 def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
              prepared: Prepared) -> dict:
-    history = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
-               if line.strip()] if ctx.is_main else []
+    history = read_history(run_dir) if ctx.is_main else []
     speeds = [r["train_sent_per_s"] for r in history[1:]] or [r["train_sent_per_s"] for r in history]
     return {
         "run_dir": str(run_dir),
@@ -214,7 +222,6 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "batch_size": cfg.train.batch_size,
         "global_batch_size": cfg.train.batch_size * ctx.world_size,
         "strategy": ctx.strategy,
-        "grad_allreduce": ctx.grad_allreduce,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank

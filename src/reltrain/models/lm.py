@@ -6,6 +6,8 @@ Letters: B batch, L subword tokens, H encoder width, C relations.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import torch
 import torch.nn as nn
 
@@ -54,12 +56,11 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
     """From ``cfg.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
     checkpoint, weights loaded afterwards) when loading, so no model folder is needed then.
     The last ``added_tokens`` ids of the vocabulary get their own embedding table."""
-    import transformers
     from transformers import AutoConfig, AutoModel
 
-    transformers.logging.set_verbosity_error()  # "some weights were not used": the pooler, expected
     if hf_config is None:
-        encoder = AutoModel.from_pretrained(cfg.pretrained, local_files_only=True)
+        with _quiet_transformers():  # "some weights were not used": the pretraining heads, expected
+            encoder = AutoModel.from_pretrained(cfg.pretrained, local_files_only=True)
     else:
         config = dict(hf_config)
         encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
@@ -69,3 +70,16 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
         # Unused here; parameters without gradients would stall DDP without find_unused_parameters.
         encoder.pooler = None
     return LMClassifier(encoder, num_labels, cfg.lm_pooling, cfg.dropout, added_tokens)
+
+
+@contextmanager
+def _quiet_transformers():
+    """transformers' own warnings off while loading, then the caller's setting again."""
+    from transformers.utils import logging as hf_logging
+
+    previous = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(previous)

@@ -102,8 +102,8 @@ class Checkpointer:
     """
 
     def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
-                 scaler=None, keep: int = 2):
-        self.directory = Path(directory)
+                 ctx, scaler=None, keep: int = 2):
+        self.directory, self.ctx = Path(directory), ctx
         self.static, self.model = static, model
         self.optimizer, self.scheduler, self.scaler, self.keep = optimizer, scheduler, scaler, keep
 
@@ -111,8 +111,8 @@ class Checkpointer:
         from reltrain.training import distributed as D
 
         # Every rank's RNG and partial-epoch counters, so each rank resumes exactly.
-        rank_states = D.all_gather_objects({"rng": capture_rng(), **rank_state})
-        if not D.is_main():
+        rank_states = self.ctx.all_gather_objects({"rng": capture_rng(), **rank_state})
+        if not self.ctx.is_main:
             return
         payload = {**self.static, "model": D.unwrap(self.model).state_dict(),
                    "optimizer": self.optimizer.state_dict(),

@@ -1,7 +1,9 @@
 """The only module that talks to torch.distributed or reads the launcher's environment.
 
-One code path for world size 1 and N: every helper here is a no-op (or the identity) when the
-job runs in a single process, so the trainer never asks "am I distributed?".
+``setup()`` returns a ``DistContext`` value that is passed to whatever needs the rank, the world
+size or a collective; there is no module state. One code path for world size 1 and N: every
+collective here is the identity when the job runs in a single process, so the trainer never
+asks "am I distributed?". Collectives are torch's own (nccl on GPUs, gloo on CPUs).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-import platform
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -18,14 +19,16 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
+from reltrain.config import check_device_name
 from reltrain.errors import UserError
-from reltrain.training import shm_allreduce
 
 log = logging.getLogger(__name__)
 
 
 @dataclass
 class DistContext:
+    """Where this process stands in the job; a plain value, built by ``setup``."""
+
     rank: int = 0
     local_rank: int = 0
     world_size: int = 1
@@ -33,24 +36,105 @@ class DistContext:
     strategy: str = "single"  # single, ddp or dp
     backend: str | None = None
     dp_devices: list[int] = field(default_factory=list)
-    cpu_allreduce: str = "auto"  # dist.cpu_allreduce
-    timeout_s: float = 1800.0
-    grad_allreduce: str | None = None  # what wrap() chose: shm, gloo or nccl (None: no DDP)
 
     @property
     def is_main(self) -> bool:
         return self.rank == 0
 
+    @property
+    def distributed(self) -> bool:
+        return self.strategy == "ddp"
 
-_ctx = DistContext()
+    def _tensor_device(self) -> torch.device:
+        return self.device if self.backend == "nccl" else torch.device("cpu")
 
+    def barrier(self) -> None:
+        if self.distributed:
+            dist.barrier()
 
-def context() -> DistContext:
-    return _ctx
+    def all_gather_objects(self, obj) -> list:
+        """Every rank's ``obj``, in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, obj)
+        return out
 
+    def broadcast_object(self, obj):
+        """Rank 0's ``obj`` on every rank."""
+        if not self.distributed:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
 
-def is_main() -> bool:
-    return _ctx.rank == 0
+    def mean(self, value: float) -> float:
+        """The mean of ``value`` over the ranks."""
+        if not self.distributed:
+            return value
+        t = torch.tensor([value], dtype=torch.float64, device=self._tensor_device())
+        dist.all_reduce(t)
+        return float(t.item()) / self.world_size
+
+    def start_vote(self, flag: int):
+        """Begin agreeing on the largest ``flag`` over all ranks (e.g. a signal number seen by any).
+
+        Returns a function that gives the result. The all-reduce runs in the background, so a
+        vote started after one step and read after the next costs no waiting; every rank reads
+        the same result at the same step.
+        """
+        if not self.distributed:
+            return lambda: flag
+        t = torch.tensor([flag], dtype=torch.int64, device=self._tensor_device())
+        work = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
+
+        def result() -> int:
+            work.wait()
+            return int(t.item())
+
+        return result
+
+    def agree(self, produce):
+        """Rank 0 runs ``produce()``; every rank gets its value, or the same ``UserError``.
+
+        For decisions only rank 0 can take (it alone may see the run directory): the others
+        must not wait at a collective for an answer that became an exception.
+        """
+        if self.is_main:
+            try:
+                found = ("ok", produce())
+            except UserError as exc:
+                found = ("error", str(exc))
+        else:
+            found = None
+        status, value = self.broadcast_object(found)
+        if status == "error":
+            raise UserError(value)
+        return value
+
+    @contextmanager
+    def main_first(self):
+        """Rank 0 runs the body first (e.g. fills a cache); then the others run it.
+
+        If rank 0 fails, the others raise too instead of waiting at the barrier until the timeout.
+        """
+        if not self.distributed:
+            yield
+            return
+        if self.is_main:
+            failure = None
+            try:
+                yield
+            except BaseException as exc:
+                failure = exc
+            self.broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
+            if failure is not None:
+                raise failure
+            return
+        status = self.broadcast_object(None)
+        if status is not None:
+            raise UserError(f"rank 0 failed: {status}")
+        yield
 
 
 def launched_by_torchrun() -> bool:
@@ -64,6 +148,7 @@ def _env_int(name: str, default: int) -> int:
 
 def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> torch.device:
     """``auto`` picks CUDA when present; under DDP each rank takes the GPU of its LOCAL_RANK."""
+    check_device_name(name)
     if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -79,7 +164,6 @@ def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> to
 
 def setup(device: str, dist_cfg) -> DistContext:
     """Read RANK/LOCAL_RANK/WORLD_SIZE, pick the device and, under a launcher, join the group."""
-    global _ctx
     launched = launched_by_torchrun()
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
@@ -93,8 +177,7 @@ def setup(device: str, dist_cfg) -> DistContext:
                         f"{strategy}; use dist.strategy=ddp (or auto)")
     dev = resolve_device(device, local_rank, per_rank=strategy == "ddp")
     ctx = DistContext(rank=rank, local_rank=local_rank, world_size=world_size, device=dev,
-                      strategy=strategy, cpu_allreduce=dist_cfg.cpu_allreduce,
-                      timeout_s=float(dist_cfg.timeout_s))
+                      strategy=strategy)
     if strategy == "ddp":
         if dev.type == "cuda":
             torch.cuda.set_device(dev)  # before any CUDA work, so NCCL binds the right GPU
@@ -105,15 +188,11 @@ def setup(device: str, dist_cfg) -> DistContext:
         if not dist.is_initialized():
             timeout = timedelta(seconds=dist_cfg.timeout_s)
             store = _attempt_store(timeout)
-            if store is None:
-                dist.init_process_group(backend=backend, timeout=timeout)
-            else:
-                dist.init_process_group(backend=backend, timeout=timeout, store=store, rank=rank,
-                                        world_size=world_size)
+            extra = {} if store is None else {"store": store, "rank": rank, "world_size": world_size}
+            dist.init_process_group(backend=backend, timeout=timeout, **extra)
         ctx.backend = backend
     elif strategy == "dp":
         ctx.dp_devices = _dp_devices(dev, list(dist_cfg.dp_devices))
-    _ctx = ctx
     return ctx
 
 
@@ -144,16 +223,9 @@ def _dp_devices(dev: torch.device, wanted: list[int]) -> list[int]:
     return ids
 
 
-def teardown() -> None:
-    global _ctx
-    if dist.is_available() and dist.is_initialized():
+def teardown(ctx: DistContext) -> None:
+    if ctx.distributed and dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
-    _ctx = DistContext()
-
-
-def barrier() -> None:
-    if _ctx.strategy == "ddp":
-        dist.barrier()
 
 
 # Newer torch (2.13 here) renamed DDP's broadcast_buffers to forward_sync_buffers and warns on
@@ -165,98 +237,20 @@ _SYNC_BUFFERS = ("forward_sync_buffers" if "forward_sync_buffers" in
 def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = False) -> nn.Module:
     """Move to the device and wrap for the strategy. Load weights *before* calling this."""
     model = model.to(ctx.device)
-    if ctx.strategy == "ddp":
+    if ctx.distributed:
         ids = [ctx.device.index] if ctx.device.type == "cuda" else None
         # DDP broadcasts every buffer from rank 0 before each forward: one more collective a
         # step. reltrain's buffers (sinusoidal positions, the encoders' position ids) are
         # constants; only running statistics (batch norm) change and need it.
         running_stats = any(isinstance(m, nn.modules.batchnorm._NormBase) and m.track_running_stats
                             for m in model.modules())
-        ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids,
-                                                  find_unused_parameters=find_unused_parameters,
-                                                  gradient_as_bucket_view=True,
-                                                  **{_SYNC_BUFFERS: running_stats})
-        grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-        shared = open_shm_allreduce(ctx, grad_bytes)
-        if shared is not None:
-            ddp.register_comm_hook(shared, shm_allreduce.comm_hook)
-        ctx.grad_allreduce = "shm" if shared is not None else ctx.backend
-        return ddp
+        return nn.parallel.DistributedDataParallel(model, device_ids=ids,
+                                                   find_unused_parameters=find_unused_parameters,
+                                                   gradient_as_bucket_view=True,
+                                                   **{_SYNC_BUFFERS: running_stats})
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
-
-
-def open_shm_allreduce(ctx: DistContext, max_bytes: int) -> shm_allreduce.ShmAllReduce | None:
-    """The shared-memory all-reduce for tensors up to ``max_bytes`` when it applies
-    (dist.cpu_allreduce), else None. Collective: every rank of the group calls it.
-
-    auto uses it for gloo on CPU when every rank runs on this host, on x86 (whose stores
-    become visible in program order, which the spin-wait relies on), with room in /dev/shm.
-    Every rank reaches the same answer; if any rank cannot map the file, all use gloo.
-    """
-    mode = ctx.cpu_allreduce
-    if ctx.world_size == 1:
-        return None
-    slot_bytes = max(max_bytes, 1)
-    reason = "dist.cpu_allreduce=gloo" if mode == "gloo" else _shm_unusable(ctx, slot_bytes)
-    if reason is None:
-        shared, reason = _map_shared_file(ctx, slot_bytes)
-        if shared is not None:
-            log.info("gradient all-reduce: shared memory (%d ranks on this host, %.1f MB in %s)",
-                     ctx.world_size, shm_allreduce.file_size(ctx.world_size, slot_bytes) / 1e6,
-                     shm_allreduce.SHM_DIR)
-            return shared
-    if mode == "shm":
-        raise UserError(f"dist.cpu_allreduce=shm cannot be used: {reason}; use auto or gloo")
-    if ctx.backend == "gloo" and ctx.device.type == "cpu":
-        log.info("gradient all-reduce: gloo (%s)", reason)
-    return None
-
-
-def _shm_unusable(ctx: DistContext, slot_bytes: int) -> str | None:
-    """Why the shared-memory all-reduce cannot be used, judged from what every rank sees alike."""
-    if ctx.device.type != "cpu" or ctx.backend != "gloo":
-        return f"it is for gloo on CPU, and this job uses {ctx.backend} on {ctx.device.type}"
-    if _env_int("LOCAL_WORLD_SIZE", 0) != ctx.world_size:
-        return "the ranks are not all on this host"
-    if platform.machine().lower() not in ("x86_64", "amd64", "x86", "i686"):
-        return f"it relies on x86 memory ordering and this is {platform.machine()}"
-    if not shm_allreduce.SHM_DIR.is_dir():
-        return f"{shm_allreduce.SHM_DIR} does not exist"
-    return None
-
-
-def _map_shared_file(ctx: DistContext, slot_bytes: int):
-    """Rank 0 creates the file and sends its name; all map it; rank 0 unlinks it once all did."""
-    name = torch.zeros(64, dtype=torch.uint8)
-    reason = ""
-    if ctx.rank == 0:
-        size = shm_allreduce.file_size(ctx.world_size, slot_bytes)
-        stat = os.statvfs(shm_allreduce.SHM_DIR)
-        if stat.f_bavail * stat.f_frsize < 2 * size:
-            reason = f"{shm_allreduce.SHM_DIR} has less than {2 * size / 1e6:.0f} MB free"
-        else:
-            try:
-                path = shm_allreduce.create_file(ctx.world_size, slot_bytes)
-                name[:len(path.name)] = torch.tensor(list(path.name.encode()), dtype=torch.uint8)
-            except OSError as exc:
-                reason = f"cannot create a file in {shm_allreduce.SHM_DIR}: {exc}"
-    dist.broadcast(name, src=0)
-    shared = None
-    if name[0]:
-        path = shm_allreduce.SHM_DIR / bytes(name[name > 0].tolist()).decode()
-        try:
-            shared = shm_allreduce.ShmAllReduce(path, ctx.rank, ctx.world_size, slot_bytes, ctx.timeout_s)
-        except (OSError, RuntimeError) as exc:
-            reason = f"rank {ctx.rank} cannot map {path}: {exc}"
-    ok = torch.tensor([int(shared is not None)])
-    dist.all_reduce(ok, op=dist.ReduceOp.MIN)
-    if ctx.rank == 0 and name[0]:
-        path.unlink(missing_ok=True)
-    if int(ok) == 0:
-        return None, reason or "another rank could not map the shared file"
-    return shared, None
 
 
 def unwrap(model: nn.Module) -> nn.Module:
@@ -278,77 +272,6 @@ def strip_wrapper_prefixes(state_dict: dict) -> dict:
             key = key.split(".", 1)[1]
         out[key] = value
     return out
-
-
-def all_gather_objects(obj) -> list:
-    """Every rank's ``obj``, in rank order, on every rank."""
-    if _ctx.strategy != "ddp":
-        return [obj]
-    out = [None] * _ctx.world_size
-    dist.all_gather_object(out, obj)
-    return out
-
-
-def broadcast_object(obj):
-    """Rank 0's ``obj`` on every rank."""
-    if _ctx.strategy != "ddp":
-        return obj
-    box = [obj]
-    dist.broadcast_object_list(box, src=0)
-    return box[0]
-
-
-def mean_over_ranks(value: float) -> float:
-    if _ctx.strategy != "ddp":
-        return value
-    t = torch.tensor([value], dtype=torch.float64,
-                     device=_ctx.device if _ctx.backend == "nccl" else "cpu")
-    dist.all_reduce(t)
-    return float(t.item()) / _ctx.world_size
-
-
-@contextmanager
-def main_first():
-    """Rank 0 runs the body first (e.g. fills a cache); then the others run it.
-
-    If rank 0 fails, the others raise too instead of waiting at the barrier until the timeout.
-    """
-    if _ctx.strategy != "ddp":
-        yield
-        return
-    failure = None
-    if is_main():
-        try:
-            yield
-        except BaseException as exc:
-            failure = exc
-        status = broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
-        if failure is not None:
-            raise failure
-        return
-    status = broadcast_object(None)
-    if status is not None:
-        raise UserError(f"rank 0 failed: {status}")
-    yield
-
-
-def start_vote(flag: int):
-    """Begin agreeing on the largest ``flag`` over all ranks (e.g. a signal number seen by any).
-
-    Returns a function that gives the result. The all-reduce runs in the background, so a vote
-    started after one step and read after the next costs no waiting; every rank reads the same
-    result at the same step.
-    """
-    if _ctx.strategy != "ddp":
-        return lambda: flag
-    t = torch.tensor([flag], dtype=torch.int64, device=_ctx.device if _ctx.backend == "nccl" else "cpu")
-    work = dist.all_reduce(t, op=dist.ReduceOp.MAX, async_op=True)
-
-    def result() -> int:
-        work.wait()
-        return int(t.item())
-
-    return result
 
 
 def launcher_run_id() -> str | None:

@@ -13,15 +13,16 @@ from reltrain.training import distributed as D
 from reltrain.training.metrics import compute_metrics
 
 
-def eval_loader(dataset: RelationDataset, batch_size: int, pin_memory: bool = False) -> DataLoader:
-    ctx = D.context()
+def eval_loader(dataset: RelationDataset, batch_size: int, ctx: D.DistContext) -> DataLoader:
+    """This rank's share of ``dataset`` in batches of similar length."""
     sampler = EvalBatchSampler(dataset.lengths, batch_size, ctx.rank, ctx.world_size)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch, pin_memory=pin_memory)
+    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch,
+                      pin_memory=ctx.device.type == "cuda")
 
 
 @torch.no_grad()
-def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, progress: bool = False,
-                  desc: str = "eval") -> np.ndarray:
+def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: D.DistContext,
+                  progress: bool = False, desc: str = "eval") -> np.ndarray:
     """(N, C) class probabilities for the whole split, on every rank.
 
     ``model`` should be the unwrapped model: ranks may hold different numbers of batches, and a
@@ -29,7 +30,6 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, progr
     """
     from tqdm.auto import tqdm
 
-    ctx = D.context()
     was_training = model.training
     model.eval()
     indices, probs = [], []
@@ -41,7 +41,7 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, progr
     model.train(was_training)
     local = (np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64),
              np.concatenate(probs) if probs else None)
-    parts = D.all_gather_objects(local)
+    parts = ctx.all_gather_objects(local)
     all_idx = np.concatenate([p[0] for p in parts])
     all_probs = np.concatenate([p[1] for p in parts if p[1] is not None])
     # Each example must come back exactly once; duplicates are dropped by keeping the first.
@@ -51,9 +51,9 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, progr
 
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],
-             progress: bool = False, desc: str = "eval") -> tuple[dict, np.ndarray]:
+             ctx: D.DistContext, progress: bool = False, desc: str = "eval") -> tuple[dict, np.ndarray]:
     """Metrics of ``model`` on a labelled split, identical on every rank; also the predictions."""
-    probs = predict_probs(model, eval_loader(dataset, batch_size, D.context().device.type == "cuda"),
-                          len(dataset), progress, desc)
+    probs = predict_probs(model, eval_loader(dataset, batch_size, ctx), len(dataset), ctx,
+                          progress, desc)
     pred = probs.argmax(axis=1)
     return compute_metrics(dataset.split.labels, pred, labels), pred

@@ -5,20 +5,27 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from contextlib import contextmanager
+
+from reltrain.errors import Preempted
 
 log = logging.getLogger(__name__)
 
 
 class StopRequest:
-    """Installs handlers for SIGTERM and SIGINT; ``signum`` is set once one arrives.
+    """Handlers for SIGTERM and SIGINT for the whole run.
 
-    A second signal of the same kind acts as usual (Ctrl-C twice interrupts at once).
+    While ``training()`` is active a signal only sets ``signum``: the trainer saves a checkpoint
+    at the next step all ranks agree on and stops. Outside it (preprocessing, test scoring)
+    there is nothing to save, so the signal stops the run at once with ``Preempted``. A second
+    signal of the same kind acts as usual (Ctrl-C twice interrupts at once).
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self):
-        self.signum = 0
+    def __init__(self, announce: bool = True):
+        self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)
+        self._deferring = False
         self._previous: dict = {}
 
     def install(self) -> "StopRequest":
@@ -27,11 +34,22 @@ class StopRequest:
                 self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
+    @contextmanager
+    def training(self):
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+
     def _handle(self, signum, frame) -> None:
         self.signum = signum
         signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
-        log.warning("received %s: saving a checkpoint at the next step, then stopping",
-                    signal.Signals(signum).name)
+        if not self._deferring:
+            raise Preempted(signum, when="before training or after it; nothing new to save")
+        if self.announce:
+            log.warning("received %s: saving a checkpoint at the next step, then stopping",
+                        signal.Signals(signum).name)
 
     def restore(self) -> None:
         for sig, handler in self._previous.items():

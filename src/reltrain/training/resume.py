@@ -19,19 +19,9 @@ from reltrain.training.trainer import EpochProgress, TrainState
 log = logging.getLogger(__name__)
 
 
-def find_resume(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
+def find_resume(cfg: Config, run_dir: Path, identity: dict, ctx: D.DistContext) -> dict | None:
     """The checkpoint to continue from (on every rank), or None for a fresh start."""
-    if D.is_main():
-        try:
-            found = ("ok", _pick(cfg, run_dir, identity))
-        except UserError as exc:
-            found = ("error", str(exc))
-    else:
-        found = None
-    status, value = D.broadcast_object(found)
-    if status == "error":
-        raise UserError(value)
-    return value
+    return ctx.agree(lambda: _pick(cfg, run_dir, identity))
 
 
 def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
@@ -52,8 +42,12 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
             log.warning("%s; trying the previous checkpoint", exc)
             continue
         state = payload["state"]
-        log.info("resuming from %s (epoch %d, %d batches into it, step %d)", path, state["epoch"],
-                 state["batch_in_epoch"], state["step"])
+        if run_complete(state, cfg.train.epochs):
+            log.info("the run in %s is complete (%s); nothing to train", run_dir,
+                     _progress_text(state))
+        else:
+            log.info("resuming from %s (epoch %d, %d batches into it, step %d)", path,
+                     state["epoch"], state["batch_in_epoch"], state["step"])
         payload["path"] = str(path)
         return payload
     if candidates:
@@ -61,37 +55,82 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
     return None
 
 
+# Options that shape the training trajectory: a resumed run cannot honour a new value exactly
+# (the optimizer, the schedule and the data order in the checkpoint were made with the old one).
+_FIXED_FOR_RESUME = {
+    "train": ("batch_size", "lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio", "amp",
+              "lr_factor", "lr_patience", "grad_clip", "select_metric", "class_weights", "seed"),
+    "data": ("language", "tokenizer", "lowercase", "max_len", "min_freq", "pos_limit", "bucket",
+             "skip_bad_rows"),
+}
+
+
+def run_complete(state: dict, epochs: int) -> bool:
+    """True when a checkpoint's run has nothing left to train with ``train.epochs=epochs``."""
+    return bool(state["stopped_early"]) or state["epoch"] > epochs
+
+
+def _progress_text(state: dict) -> str:
+    text = f"{state['epoch'] - 1} epoch(s) trained"
+    if state["stopped_early"]:
+        text += ", stopped early"
+    best = state.get("best") or {}
+    if best.get("metric"):
+        text += f", best epoch {best['epoch']} by valid {best['metric']} {best['value']:.4f}"
+    return text
+
+
 def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> None:
-    """A checkpoint of another model, vocabulary or label set is a clear error."""
+    """A checkpoint of another model, vocabulary, label set or recipe is a clear error.
+
+    Options that do not change the result (devices, logging, checkpoint cadence, evaluation
+    batch) may change freely; ``train.epochs`` and ``train.early_stopping`` are applied from
+    here on, with a note; any other change is refused, so ``config.yaml`` says what ran.
+    """
     state_keys = {f.name for f in fields(TrainState)}
     if (not isinstance(payload.get("state"), dict) or not state_keys <= set(payload["state"])
             or not payload.get("rank_states") or "optimizer" not in payload):
         raise UserError(f"{path}: not a resumable checkpoint of this reltrain version "
                         f"(it can still be used with evaluate / predict)")
     old = payload.get("config", {})
-    for section, keys in (("model", None), ("data", ("pos_limit",))):
+    fixed = {"model": tuple(cfg.model.__dict__), **_FIXED_FOR_RESUME}
+    for section, keys in fixed.items():
         was, now = old.get(section, {}), getattr(cfg, section).__dict__
-        for key in keys or now:
+        for key in keys:
             if key in was and was[key] != now[key]:
                 raise UserError(f"{path}: does not match this run: {section}.{key} was "
-                                f"{was[key]!r}, now {now[key]!r} (use another output_dir, "
-                                f"or resume=never to overwrite)")
+                                f"{was[key]!r}, now {now[key]!r}; a resumed run continues with "
+                                f"the checkpoint's settings (set {section}.{key}={was[key]}, or "
+                                f"use another output_dir or resume=never to start afresh)")
     if payload.get("labels") != identity["labels"]:
         raise UserError(f"{path}: does not match this run: it was trained on another label set")
     if payload.get("vocab") != identity["vocab"] or payload.get("lm") != identity["lm"]:
         raise UserError(f"{path}: does not match this run: it was trained with another vocabulary "
                         f"(different training data or preprocessing options)")
-    for key in ("batch_size", "seed"):
-        if old.get("train", {}).get(key) != getattr(cfg.train, key):
-            log.warning("train.%s changed since %s: the run continues but will not match an "
-                        "uninterrupted one", key, path)
+    if payload.get("data_key", identity["data_key"]) != identity["data_key"]:
+        raise UserError(f"{path}: does not match this run: the data files changed since it was "
+                        f"written (use another output_dir, or resume=never to start afresh)")
+    _note_applied_changes(old.get("train", {}), cfg, payload["state"])
 
 
-def restore(payload: dict, model, optimizer, scheduler, trainer, scaler=None) -> TrainState:
+def _note_applied_changes(was: dict, cfg: Config, state: dict) -> None:
+    t = cfg.train
+    if was.get("epochs", t.epochs) != t.epochs and not run_complete(state, t.epochs):
+        log.info("train.epochs changed from %s to %d: training on to epoch %d", was["epochs"],
+                 t.epochs, t.epochs)
+        if t.schedule == "linear" or (t.schedule == "auto" and cfg.model.name == "lm"):
+            log.warning("the linear learning-rate schedule now decays over %d epochs: the run "
+                        "matches neither the old nor the new length run uninterrupted", t.epochs)
+    if was.get("early_stopping", t.early_stopping) != t.early_stopping:
+        log.warning("train.early_stopping changed from %s to %d: applied from the next epoch on",
+                    was["early_stopping"], t.early_stopping)
+
+
+def restore(payload: dict, model, optimizer, scheduler, trainer, ctx: D.DistContext,
+            scaler=None) -> TrainState:
     """Put a checkpoint's training state into freshly built objects (model before wrapping)."""
     from reltrain.training.checkpoint import restore_rng
 
-    ctx = D.context()
     state = TrainState(**payload["state"])
     saved_world = int(payload.get("world_size", 1))
     if saved_world != ctx.world_size and state.batch_in_epoch:
@@ -114,10 +153,10 @@ def restore(payload: dict, model, optimizer, scheduler, trainer, scaler=None) ->
     return state
 
 
-def load_best_weights(run_dir: Path, state: TrainState) -> dict | None:
+def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> dict | None:
     """The weights of ``best.pt`` if they belong to this state's best epoch (rank 0 reads)."""
     weights = None
-    if D.is_main() and state.best is not None:
+    if ctx.is_main and state.best is not None:
         path = run_dir / "checkpoints" / "best.pt"
         try:
             payload = load_checkpoint(path)
@@ -126,4 +165,4 @@ def load_best_weights(run_dir: Path, state: TrainState) -> dict | None:
                 weights = D.strip_wrapper_prefixes(payload["model"])
         except UserError as exc:
             log.warning("%s: the best weights will come from the epochs still to run", exc)
-    return D.broadcast_object(weights)
+    return ctx.broadcast_object(weights)

@@ -10,14 +10,13 @@ from dataclasses import asdict, dataclass, field
 import torch
 import torch.nn as nn
 
+from reltrain.config import METRICS
 from reltrain.errors import Preempted
 from reltrain.models.dropout import example_noise_seeds
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
 
 log = logging.getLogger(__name__)
-
-SELECTABLE = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy")
 
 
 @dataclass
@@ -44,8 +43,8 @@ class EpochProgress:
 
 class Trainer:
     def __init__(self, model: nn.Module, optimizer, schedule, loss_fn: nn.Module, train_loader,
-                 valid_set, labels: list[str], train_cfg, checkpointer, callbacks=(),
-                 progress: bool = False, every_steps: int = 0, stop=None,
+                 valid_set, labels: list[str], train_cfg, checkpointer, ctx: D.DistContext,
+                 callbacks=(), progress: bool = False, every_steps: int = 0, stop=None,
                  amp: torch.dtype | None = None, scaler=None):
         self.model, self.optimizer, self.schedule = model, optimizer, schedule
         self.amp, self.scaler = amp, scaler
@@ -53,7 +52,7 @@ class Trainer:
         self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
         self.callbacks, self.progress = list(callbacks), progress
         self.every_steps, self.stop = every_steps, stop
-        self.ctx = D.context()
+        self.ctx = ctx
         self.best_weights: dict | None = None  # CPU copy of the best model, on every rank
         self.partial = EpochProgress()
         self._vote_every = 1 if self.ctx.world_size == 1 else 8
@@ -112,14 +111,14 @@ class Trainer:
             signum = vote() if vote else 0
             vote = None
             if state.step % self._vote_every == 0:
-                vote = D.start_vote(self.stop.signum if self.stop else 0)
+                vote = self.ctx.start_vote(self.stop.signum if self.stop else 0)
             if signum or (self.every_steps and state.step % self.every_steps == 0):
                 self._save_mid_epoch(state, epoch, total, examples, start, signum)
         bar.close()
         if vote and (signum := vote()):
             self._save_mid_epoch(state, epoch, total, examples, start, signum)
         seconds = time.perf_counter() - start
-        loss = D.mean_over_ranks(total.item() / max(examples, 1))
+        loss = self.ctx.mean(total.item() / max(examples, 1))
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss became {loss} in epoch {epoch}; lower train.lr")
         return {"epoch": epoch, "train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
@@ -155,9 +154,9 @@ class Trainer:
             state.best = {"metric": None, "value": None, "epoch": epoch, "valid": None}
             return True
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
-                              self.labels, self.progress, desc="valid")
+                              self.labels, self.ctx, self.progress, desc="valid")
         record["valid"] = metrics
-        for name in SELECTABLE:
+        for name in METRICS:
             old = state.best_by_metric.get(name)
             if old is None or metrics[name] > old["value"]:
                 state.best_by_metric[name] = {"value": metrics[name], "epoch": epoch}

@@ -1,0 +1,43 @@
+"""How text becomes token ids: our own words and vocabulary, or a pretrained model's subwords.
+
+Training, prediction and export all ask this one object, so no caller branches on the encoder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from reltrain.data.schema import Record
+from reltrain.data.tokenize import Tokenized, Tokenizer
+from reltrain.data.vocab import Vocab
+
+
+@dataclass
+class TextEncoder:
+    tokenize: Callable[[Record, int], Tokenized]  # (record, max_len) -> tokens and entity spans
+    to_ids: Callable[[list], list[int]]  # tokens -> ids
+    size: int  # embedding rows the model needs
+    pad_id: int
+    added_tokens: int  # lm: characters added to the pretrained vocabulary
+
+
+def text_encoder(data_cfg, vocab: Vocab | None = None, lm=None) -> TextEncoder:
+    """The encoder of a vocabulary (with the configured word tokenizer) or of an ``LMTokenizer``."""
+    if lm is not None:
+        return TextEncoder(lm, list, len(lm), lm.pad_id, len(lm.added))
+    assert vocab is not None, "a vocabulary or a pretrained tokenizer is needed"
+    return TextEncoder(Tokenizer.from_config(data_cfg), vocab.encode, len(vocab), 0, 0)
+
+
+def identity_encoder(identity: dict, data_cfg) -> tuple[TextEncoder, Vocab | None, object]:
+    """Rebuild the encoder from what a checkpoint stores (``vocab`` or ``lm``); also the parts."""
+    vocab, lm = None, None
+    if identity.get("lm"):
+        from reltrain.data.lm import LMTokenizer
+
+        saved = identity["lm"]
+        lm = LMTokenizer.from_files(saved["files"], saved["types"], saved.get("added"))
+    else:
+        vocab = Vocab(identity["vocab"])
+    return text_encoder(data_cfg, vocab, lm), vocab, lm
