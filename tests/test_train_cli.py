@@ -155,3 +155,83 @@ def test_shipped_configs_load(tmp_path):
         finally:
             os.chdir(cwd)
         assert cfg.model.name in ("cnn", "pcnn", "bilstm", "transformer", "lm"), path
+
+
+def test_output_that_is_the_input_is_refused(trained, small_en, tmp_path):
+    data = tmp_path / "data.jsonl"
+    data.write_text(Path(small_en["test"]).read_text())
+    alias = tmp_path / "alias.jsonl"
+    os.link(data, alias)  # another name, the same file
+    before = data.read_bytes()
+    ckpt = str(trained / "checkpoints/best.pt")
+    for command in ("predict", "evaluate"):
+        for output in (data, alias):
+            line = user_error(run_cli(command, ckpt, str(data), "--output", str(output)))
+            assert "is the input file" in line
+    assert data.read_bytes() == before
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_device_names_are_one_line_errors_in_every_command(trained, small_en):
+    ckpt = str(trained / "checkpoints/best.pt")
+    for device, expected in (("cuda", "CUDA is not available"), ("cuda:1", "CUDA is not available"),
+                             ("tpu", "device must be auto, cpu, cuda or cuda:N"),
+                             ("cuda:x", "device must be")):
+        assert expected in user_error(run_cli("predict", ckpt, small_en["test"], "--device", device))
+        assert expected in user_error(run_cli("evaluate", ckpt, small_en["test"], "--device", device))
+        assert expected in user_error(run_cli("train", f"device={device}", "train.epochs=1"))
+
+
+def test_smaller_user_errors(trained, tmp_path):
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint" * 10)
+    line = user_error(run_cli("predict", str(garbage), "--text", "a b", "--head", "a", "--tail", "b"))
+    assert "not a complete torch checkpoint" in line and "weights_only" not in line
+    ckpt = str(trained / "checkpoints/best.pt")
+    line = user_error(run_cli("predict", ckpt, "--text", "Alice Moreau was born in Dunmore .",
+                              "--head", "Alice Moreau", "--tail", "Dunmore", "--tail-offset", "-3"))
+    assert "--tail-offset -3: outside the text" in line
+    assert "train.early_stopping must be >= 0" in user_error(run_cli("train", "train.early_stopping=-1"))
+
+
+def test_a_pickled_object_is_named_not_run(tmp_path):
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {tmp_path / 'owned'}",))
+
+    path = tmp_path / "evil.pt"
+    torch.save({"format": "reltrain-checkpoint", "x": Evil()}, path)
+    line = user_error(run_cli("evaluate", str(path), str(path)))
+    assert "pickled Python object (posix.system)" in line and "weights_only" not in line
+    assert not (tmp_path / "owned").exists()
+
+
+def test_one_relation_or_chinese_as_words_stop_training(tmp_path):
+    from conftest import ZH_ROWS, write_csv
+
+    one = write_csv(tmp_path / "one.csv", [r for r in ZH_ROWS if r[1] == "导演"])
+    assert "at least two relations" in user_error(run_cli("train", f"data.train={one}"))
+    zh = write_csv(tmp_path / "zh.csv", ZH_ROWS)
+    assert "set data.language=zh" in user_error(run_cli("train", f"data.train={zh}"))
+
+
+def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(small_en, tmp_path, tiny_bert):
+    import logging
+
+    from transformers.utils import logging as hf_logging
+
+    from reltrain.config import load_config
+    from reltrain.train import run_train
+
+    logger = logging.getLogger("reltrain")
+    before = (list(logger.handlers), logger.propagate, logger.level)
+    hf_logging.set_verbosity_warning()
+    args = [*data_overrides(small_en), "train.epochs=1", "log.progress=false", "log.plots=false"]
+    run_train(load_config(None, [*args, f"output_dir={tmp_path / 'a'}"]))
+    run_train(load_config(None, [*args, f"output_dir={tmp_path / 'b'}", "model.name=lm",
+                                 f"model.pretrained={tiny_bert}"]))
+    first, second = ((tmp_path / d / "train.log").read_text() for d in "ab")
+    assert first.count("epoch 1/1") == 1 and "tokenizer lm" not in first  # run b stayed out
+    assert "tokenizer lm" in second and "epoch 1/1" in second
+    assert (list(logger.handlers), logger.propagate, logger.level) == before
+    assert hf_logging.get_verbosity() == hf_logging.WARNING

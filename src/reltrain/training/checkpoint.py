@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import tempfile
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -59,13 +61,27 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"{path}: not a readable reltrain checkpoint ({reason[:200]})") from None
+        raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path}: not a reltrain checkpoint")
     if payload.get("version", 0) > VERSION:
         raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
     return payload
+
+
+def _load_failure(path: Path, exc: Exception) -> str:
+    """Why ``torch.load`` refused a file, without torch's advice to turn ``weights_only`` off
+    (which would let a stranger's file run code)."""
+    if not zipfile.is_zipfile(path):
+        return "not a complete torch checkpoint: truncated, or a file of another kind"
+    found = re.search(r"unsupported GLOBAL (\S+)", str(exc))
+    if found:
+        return (f"it holds a pickled Python object ({found.group(1)}); reltrain loads tensors "
+                f"and plain data only")
+    if "Weights only load failed" in str(exc):
+        return "it holds pickled objects other than tensors and plain data"
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def capture_rng() -> dict:
