@@ -30,6 +30,20 @@ def _markers(role: str, type_: str | None) -> tuple[str, str]:
     return f"[{tag}]", f"[/{tag}]"
 
 
+def _add_special_tokens(hf, tokens: list[str]) -> None:
+    """Add ``tokens`` as special tokens, keeping the tokenizer's own extra ones.
+
+    transformers 5 renamed "additional_special_tokens" to "extra_special_tokens" (the key and the
+    keyword that says whether to replace the old list); 4.x knows only the old names.
+    """
+    import inspect
+
+    params = inspect.signature(hf.add_special_tokens).parameters
+    kind = "extra" if "replace_extra_special_tokens" in params else "additional"
+    hf.add_special_tokens({f"{kind}_special_tokens": tokens},
+                          **{f"replace_{kind}_special_tokens": False})
+
+
 class LMTokenizer:
     """A Hugging Face fast tokenizer with entity markers; ``types`` enables typed markers."""
 
@@ -41,10 +55,14 @@ class LMTokenizer:
         markers = [m for role in ("E1", "E2") for m in _markers(role, None)]
         for t in self.types or ():
             markers += [m for role in ("E1", "E2") for m in _markers(role, t)]
-        self.hf.add_special_tokens({"additional_special_tokens": markers},
-                                   replace_additional_special_tokens=False)
-        wrapped = self.hf.build_inputs_with_special_tokens([-7])
-        self.prefix, self.suffix = wrapped[:wrapped.index(-7)], wrapped[wrapped.index(-7) + 1:]
+        _add_special_tokens(self.hf, markers)
+        # What the tokenizer puts around one sequence ([CLS] ... [SEP], <s> ... </s>): read off
+        # the encoding of a lone marker, which is one token (transformers 5 has no
+        # build_inputs_with_special_tokens for every tokenizer).
+        marker = self.hf.convert_tokens_to_ids(markers[0])
+        wrapped = self.hf(markers[0], add_special_tokens=True)["input_ids"]
+        at = wrapped.index(marker)
+        self.prefix, self.suffix = wrapped[:at], wrapped[at + 1:]
         self.pad_id = self.hf.pad_token_id or 0
         self.added = list(added or [])  # characters added by add_unknown_chars, in id order
 
