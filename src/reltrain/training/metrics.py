@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import unicodedata
+
 import numpy as np
 
 
@@ -37,10 +39,22 @@ def confusion(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int) -> np.nda
 
 
 def format_report(metrics: dict) -> str:
-    """A per-class table for the log."""
-    rows = [f"{'relation':<24}{'P':>8}{'R':>8}{'F1':>8}{'n':>7}"]
+    """A per-class table for the log; columns line up with Chinese names too."""
+    names = [*metrics["per_class"], "relation", "macro"]
+    width = max(display_width(n) for n in names) + 2
+    rows = [f"{pad('relation', width)}{'P':>8}{'R':>8}{'F1':>8}{'n':>7}"]
     for name, m in metrics["per_class"].items():
-        rows.append(f"{name:<24}{m['precision']:>8.4f}{m['recall']:>8.4f}{m['f1']:>8.4f}{m['support']:>7}")
-    rows.append(f"{'macro':<24}{metrics['macro_precision']:>8.4f}{metrics['macro_recall']:>8.4f}"
-                f"{metrics['macro_f1']:>8.4f}{metrics['num_examples']:>7}")
+        rows.append(f"{pad(name, width)}{m['precision']:>8.4f}{m['recall']:>8.4f}{m['f1']:>8.4f}"
+                    f"{m['support']:>7}")
+    rows.append(f"{pad('macro', width)}{metrics['macro_precision']:>8.4f}"
+                f"{metrics['macro_recall']:>8.4f}{metrics['macro_f1']:>8.4f}{metrics['num_examples']:>7}")
     return "\n".join(rows)
+
+
+def display_width(text: str) -> int:
+    """Terminal columns of ``text``: wide (CJK) and full-width characters take two."""
+    return sum(2 if unicodedata.east_asian_width(c) in ("W", "F") else 1 for c in text)
+
+
+def pad(text: str, width: int) -> str:
+    return text + " " * max(width - display_width(text), 0)
