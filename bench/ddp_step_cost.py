@@ -5,8 +5,8 @@
 The CNN's training step (deepke-zh's vocabulary size, Zipf-distributed word ids, one thread per
 process) is timed in one process without DDP, then in N gloo processes with DDP whose gradient
 all-reduce is replaced by nothing, by an all-reduce of 10 floats, and by an all-reduce of the
-same size that touches no gradients, then with DDP's real gloo all-reduce, and with reltrain's
-shared-memory one (``dist.cpu_allreduce=shm``, as ``reltrain train`` uses it). Printed: the median
+same size that touches no gradients, then with DDP's real gloo all-reduce (as ``reltrain train``
+wraps the model). Printed: the median
 step time of each (steps after a warm-up), so the cost of having a collective at all can be told
 from the cost of its bytes. Same run, same machine, cycling through the variants ``--rounds`` times.
 """
@@ -22,7 +22,7 @@ import time
 
 import torch
 
-VARIANTS = ("no all-reduce", "10 floats", "same size, dummy", "DDP all-reduce", "shared memory")
+VARIANTS = ("no all-reduce", "10 floats", "same size, dummy", "DDP all-reduce")
 
 
 def step_times(model, batch_size: int, vocab: int, steps: int, seed: int) -> float:
@@ -80,9 +80,8 @@ def worker(args) -> None:
     for _ in range(args.rounds):
         for variant in VARIANTS:
             model = build(args.vocab)
-            if variant in ("DDP all-reduce", "shared memory"):
-                ctx = D.DistContext(rank=rank, world_size=world, strategy="ddp", backend="gloo",
-                                    cpu_allreduce="gloo" if variant == "DDP all-reduce" else "shm")
+            if variant == "DDP all-reduce":
+                ctx = D.DistContext(rank=rank, world_size=world, strategy="ddp", backend="gloo")
                 ddp = D.wrap(model, ctx)
             else:
                 ddp = torch.nn.parallel.DistributedDataParallel(model, gradient_as_bucket_view=True)

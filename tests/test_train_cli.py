@@ -235,3 +235,17 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
     assert "tokenizer lm" in second and "epoch 1/1" in second
     assert (list(logger.handlers), logger.propagate, logger.level) == before
     assert hf_logging.get_verbosity() == hf_logging.WARNING
+
+
+def test_every_key_the_docs_name_exists():
+    import re
+
+    from reltrain.config import describe_options
+
+    keys = {line.split()[0] for line in describe_options().splitlines()}
+    sections = {k.split(".")[0] for k in keys if "." in k}
+    root = Path(__file__).resolve().parents[1]
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        named = set(re.findall(r"`((?:%s)\.[a-z_]+)" % "|".join(sections), doc.read_text()))
+        files = {n for n in named if n.rsplit(".", 1)[1] in ("csv", "log", "py", "json", "jsonl")}
+        assert named - files <= keys, (doc.name, named - files - keys)
