@@ -83,7 +83,7 @@ def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_e
     env = {"AT_STEP": "20", "SIGNAL": "SIGTERM", "MARKER": str(tmp_path / "marker")}
     first = run(cmd, env)
     assert first.returncode == 143, first.stderr[-2000:]
-    assert "run the same command" in first.stderr
+    assert "to resume: reltrain train" in first.stderr and f"output_dir={out}" in first.stderr
     saved = torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]
     # signalled during step 20; the stop is agreed during the next step: saved after step 22
     assert saved["step"] == 22 and saved["epoch"] == 2 and saved["batch_in_epoch"] == 7

@@ -146,3 +146,40 @@ def test_resume_refuses_options_it_cannot_honour_and_applies_the_others(small_en
     assert "is complete (2 epoch(s) trained" in again.stderr
     assert "re-scoring the best checkpoint" in again.stderr
     assert [json.loads(x)["epoch"] for x in (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]
+
+
+def test_an_error_every_rank_agrees_on_is_said_once(small_en, tmp_path):
+    run_dir = tmp_path / "run"
+    lock = RunDirLock(run_dir)
+    lock.acquire()
+    try:
+        result = run_cli("train", "devices=2", *data_overrides(small_en), *BASE,
+                         f"output_dir={run_dir}")
+    finally:
+        lock.release()
+    assert "is in use by another run" in user_error(result)  # one line, exit 2, no traceback
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"text": "broken"\n')
+    result = run_cli("train", "devices=2", f"data.train={bad}", *BASE, f"output_dir={tmp_path / 'b'}")
+    assert "bad.jsonl:1: invalid JSON" in user_error(result)
+
+
+def test_default_run_directories_never_collide(tmp_path, monkeypatch):
+    from reltrain.config import load_config
+    from reltrain.training.run_dir import new_run_dir
+
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config()
+    first, second = new_run_dir(cfg), new_run_dir(cfg)  # within one second: same timestamp
+    assert first != second and first.is_dir() and second.is_dir()
+
+
+def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(small_en, tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["train", *data_overrides(small_en), *BASE, f"output_dir={run_dir}"]
+    ok(run_cli(*args, "train.epochs=1"))
+    metrics = run_dir / "metrics.jsonl"
+    metrics.write_text(metrics.read_text() + '{"epoch": 2, "train_lo')  # killed mid-append
+    resumed = ok(run_cli(*args, "train.epochs=2"))
+    assert "skipping a damaged line" in resumed.stderr
+    assert [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()] == [1, 2]

@@ -69,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return _dispatch(args)
     except UserError as exc:
-        print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
+        if not exc.shared or os.environ.get("RANK", "0") == "0":  # an agreed error: said once
+            print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except Preempted as exc:
         if os.environ.get("RANK", "0") == "0":  # one message for the job, not one per rank

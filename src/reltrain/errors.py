@@ -6,7 +6,19 @@ import signal
 
 
 class UserError(Exception):
-    """Bad options, bad data or a bad file: reported without a traceback."""
+    """Bad options, bad data or a bad file: reported without a traceback.
+
+    ``shared``: every rank of a job raises this same error (it was agreed on), so only global
+    rank 0 needs to print it.
+    """
+
+    shared = False
+
+
+class SharedUserError(UserError):
+    """A ``UserError`` that every rank raises alike."""
+
+    shared = True
 
 
 class DataError(UserError):

@@ -21,11 +21,11 @@ def run_local_workers(devices: int, worker_args: list[str]) -> int:
     launcher = ["--standalone", f"--nproc_per_node={devices}", "-m", "reltrain", *worker_args]
     print(f"reltrain: starting {devices} processes: torch.distributed.run {' '.join(launcher)}",
           file=sys.stderr, flush=True)
-    # The agent logs each signal it forwards and each worker it closes (its loggers have levels
-    # of their own); the workers say what happened themselves, once.
+    # The agent logs each signal it forwards, each worker it closes and each that failed (its
+    # loggers have levels of their own); the workers say what happened themselves, once.
     for name in list(logging.root.manager.loggerDict):
         if name.startswith("torch.distributed.elastic"):
-            logging.getLogger(name).setLevel(logging.ERROR)
+            logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         run(parse_args(launcher))
     except SignalException as exc:

@@ -44,18 +44,20 @@ def run_train(cfg: Config) -> dict:
     """
     ctx = D.setup(cfg.device, cfg.dist)
     stop = StopRequest(announce=ctx.is_main).install()
-    run_dir = Path(ctx.broadcast_object(str(new_run_dir(cfg)) if ctx.is_main else None))
-    lock = RunDirLock(run_dir)
+    lock = None
     try:
+        run_dir = Path(ctx.agree(lambda: str(new_run_dir(cfg))))
+        lock = RunDirLock(run_dir)
         ctx.agree(lock.acquire)  # before anything reads or writes the run directory
         with run_log(run_dir / "train.log" if ctx.is_main else None):
             return _train(cfg, ctx, run_dir, stop)
     except Preempted as exc:
-        exc.run_dir = str(run_dir)
+        exc.run_dir = str(lock.path.parent) if lock else None
         raise
     finally:
         stop.restore()
-        lock.release()
+        if lock:
+            lock.release()
         D.teardown(ctx)
 
 

@@ -20,7 +20,7 @@ import torch.distributed as dist
 import torch.nn as nn
 
 from reltrain.config import check_device_name
-from reltrain.errors import UserError
+from reltrain.errors import SharedUserError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class DistContext:
             found = None
         status, value = self.broadcast_object(found)
         if status == "error":
-            raise UserError(value)
+            raise SharedUserError(value)
         return value
 
     @contextmanager
@@ -132,8 +132,8 @@ class DistContext:
                 raise failure
             return
         status = self.broadcast_object(None)
-        if status is not None:
-            raise UserError(f"rank 0 failed: {status}")
+        if status is not None:  # rank 0 reports its own error; this one only ends the rank
+            raise SharedUserError(f"rank 0 failed: {status}")
         yield
 
 

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 class StopRequest:
-    """Handlers for SIGTERM and SIGINT for the whole run.
+    """Handlers for SIGTERM, SIGINT and SIGHUP for the whole run.
 
     While ``training()`` is active a signal only sets ``signum``: the trainer saves a checkpoint
     at the next step all ranks agree on and stops. Outside it (preprocessing, test scoring)
@@ -21,7 +21,8 @@ class StopRequest:
     signal of the same kind acts as usual (Ctrl-C twice interrupts at once).
     """
 
-    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+    # SIGHUP: the terminal of a foreground run was closed (torchrun passes it on to workers too).
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
     def __init__(self, announce: bool = True):
         self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)
@@ -31,7 +32,8 @@ class StopRequest:
     def install(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
-                self._previous[sig] = signal.signal(sig, self._handle)
+                if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup: the user asked to ignore it
+                    self._previous[sig] = signal.signal(sig, self._handle)
         return self
 
     @contextmanager

@@ -18,12 +18,27 @@ LOCK_NAME = ".lock"
 
 
 def new_run_dir(cfg) -> Path:
-    """``output_dir``, or a fresh ``runs/<time>-<model>`` (torchrun: named by its run id)."""
+    """``output_dir``, or a fresh ``runs/<time>-<model>`` (torchrun: named by its run id).
+
+    A fresh name is claimed by creating the folder, so two runs started in the same second
+    get two folders (``...-cnn``, ``...-cnn-2``).
+    """
     if cfg.output_dir:
         return Path(cfg.output_dir)
     run_id = D.launcher_run_id()  # stable across torchrun's restarts, so they find the checkpoints
-    name = f"torchrun-{run_id}" if run_id else time.strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"{name}-{cfg.model.name}"
+    if run_id:
+        return Path("runs") / f"torchrun-{run_id}-{cfg.model.name}"
+    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}"
+    for n in range(1, 1000):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir(parents=True)
+            return path
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise UserError(f"cannot create the run directory {path}: {exc.strerror or exc}") from None
+    raise UserError(f"cannot find a free run directory name like {base}; set output_dir")
 
 
 class RunDirLock:
@@ -78,16 +93,28 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
         for stale in (run_dir / "checkpoints").glob("*.tmp"):  # left by a write that was killed
             stale.unlink()
         (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
-        kept = [line for line in read_lines(log_path) if json.loads(line)["epoch"] < next_epoch]
-        log_path.write_text("".join(line + "\n" for line in kept))
+        kept = [r for r in read_history(run_dir) if r["epoch"] < next_epoch]
+        log_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept),
+                            encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
 
 
-def read_lines(path: Path) -> list[str]:
-    return [ln for ln in path.read_text().splitlines() if ln.strip()] if path.is_file() else []
-
-
 def read_history(run_dir: Path) -> list[dict]:
-    """The records of ``metrics.jsonl``, one per finished epoch."""
-    return [json.loads(line) for line in read_lines(run_dir / "metrics.jsonl")]
+    """The records of ``metrics.jsonl``, one per finished epoch.
+
+    A line cut short (the process was killed while appending it) is skipped: that epoch was
+    not checkpointed either, so a resumed run trains it again and writes the line anew.
+    """
+    path = run_dir / "metrics.jsonl"
+    records = []
+    for line in (path.read_text(encoding="utf-8").splitlines() if path.is_file() else []):
+        try:
+            record = json.loads(line) if line.strip() else None
+        except json.JSONDecodeError:
+            record = None
+        if isinstance(record, dict) and isinstance(record.get("epoch"), int):
+            records.append(record)
+        elif line.strip():
+            log.warning("%s: skipping a damaged line (%.40s...)", path, line)
+    return records
