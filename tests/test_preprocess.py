@@ -129,3 +129,11 @@ def test_one_relation_and_chinese_as_english_words_are_refused(tmp_path):
     with pytest.raises(UserError, match="data.language=zh"):
         prepare(cfg_for(tmp_path, path, "data.language=en"))
     assert prepare(cfg_for(tmp_path, path, "data.language=en", "data.tokenizer=char")).splits
+
+
+def test_a_cache_entry_without_its_meta_file_is_replaced(tmp_path):
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    prepared = prepare(cfg_for(tmp_path, path))
+    (prepared.cache_path / "meta.json").unlink()
+    assert not prepare(cfg_for(tmp_path, path)).reused
+    assert prepare(cfg_for(tmp_path, path)).reused

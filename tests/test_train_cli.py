@@ -249,3 +249,10 @@ def test_every_key_the_docs_name_exists():
         named = set(re.findall(r"`((?:%s)\.[a-z_]+)" % "|".join(sections), doc.read_text()))
         files = {n for n in named if n.rsplit(".", 1)[1] in ("csv", "log", "py", "json", "jsonl")}
         assert named - files <= keys, (doc.name, named - files - keys)
+
+
+def test_an_empty_value_is_an_empty_string():
+    from reltrain.config import load_config
+
+    cfg = load_config(None, ["output_dir=", "data.cache_dir="])
+    assert cfg.output_dir == "" and cfg.data.cache_dir == ""

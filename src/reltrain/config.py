@@ -142,7 +142,9 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
             if not Path(path).is_file():
                 raise UserError(f"{path}: config file not found")
             merged = OmegaConf.merge(merged, OmegaConf.load(path))
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(list(overrides)))
+        # `key=` means an empty value (OmegaConf would read None, which no option takes).
+        dotlist = [f'{item}""' if item.endswith("=") else item for item in overrides]
+        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(_option_error(exc)) from None

@@ -20,6 +20,7 @@ from reltrain.errors import Preempted
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
+from reltrain.output import write_output
 from reltrain.training import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
@@ -80,7 +81,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     if "test" in parts.sets:
         _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
     if ctx.is_main:
-        (run_dir / "summary.json").write_text(json.dumps(summary, indent=2, ensure_ascii=False))
+        write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
         _print_summary(summary)
     ctx.barrier()
     return summary
@@ -206,8 +207,11 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
         from reltrain.training.plots import plot_confusion
 
         matrix = confusion(test_set.split.labels, pred, len(labels))
-        plot_confusion(matrix, labels, run_dir / "plots" / "confusion_test.png",
-                       f"Test confusion (best epoch {state.best['epoch']})")
+        try:
+            plot_confusion(matrix, labels, run_dir / "plots" / "confusion_test.png",
+                           f"Test confusion (best epoch {state.best['epoch']})")
+        except OSError as exc:
+            log.warning("cannot write the confusion plot: %s", exc.strerror or exc)
 
 
 def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,

@@ -156,7 +156,7 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
-    prepared = _load_cached(path) if (path / "meta.json").is_file() else None
+    prepared = _load_cached(path) if path.exists() else None
     lm = None
     if prepared is not None and lm_folder:
         from reltrain.data.lm import LMTokenizer

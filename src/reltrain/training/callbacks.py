@@ -44,12 +44,20 @@ class MetricsLog(Callback):
         self.path = path
 
     def on_epoch_end(self, record, state):
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+        except OSError as exc:
+            from reltrain.errors import UserError
+
+            raise UserError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 
 class CurvePlots(Callback):
-    """``plots/loss.png`` and ``plots/f1.png``, redrawn each epoch from the history so far."""
+    """``plots/loss.png`` and ``plots/f1.png``, redrawn each epoch from the history so far.
+
+    A picture that cannot be written (full disk) is a warning: training goes on.
+    """
 
     def __init__(self, directory: Path):
         self.directory, self.history = directory, []
@@ -61,7 +69,10 @@ class CurvePlots(Callback):
         from reltrain.training.plots import plot_curves
 
         self.history.append(record)
-        plot_curves(self.history, self.directory)
+        try:
+            plot_curves(self.history, self.directory)
+        except OSError as exc:
+            log.warning("cannot write the plots in %s: %s", self.directory, exc.strerror or exc)
 
 
 class TensorBoardLog(Callback):
