@@ -109,13 +109,11 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
 
 
-@pytest.fixture(scope="session")
-def tiny_bert(tmp_path_factory) -> str:
+def make_tiny_bert(folder: Path, internal_dropout: float = 0.1) -> str:
     """A randomly initialised 2-layer BERT with a fast tokenizer, saved like any model folder."""
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
 
-    folder = tmp_path_factory.mktemp("tiny-bert")
     words = set()
     for line in (EXAMPLE_DIR / "train.jsonl").read_text().splitlines():
         words.update(json.loads(line)["text"].lower().split())
@@ -125,6 +123,25 @@ def tiny_bert(tmp_path_factory) -> str:
     BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64)
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                        hidden_dropout_prob=internal_dropout,
+                        attention_probs_dropout_prob=internal_dropout)
     BertModel(config).save_pretrained(folder)
     return str(folder)
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> str:
+    return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+SMALL_ENCODERS = {"cnn": ["model.num_filters=32"],
+                  "bilstm": ["model.rnn_hidden=32", "model.rnn_layers=1"],
+                  "transformer": ["model.tf_dim=32", "model.tf_layers=1", "model.tf_ff=64"]}
+
+
+def encoder_args(name: str, tiny_bert: str) -> list[str]:
+    """Options for a small, quick model of each encoder."""
+    if name == "lm":
+        return ["model.name=lm", f"model.pretrained={tiny_bert}", "train.encoder_lr=1e-3"]
+    return [f"model.name={name}", *SMALL_ENCODERS[name]]

@@ -1,4 +1,5 @@
 import numpy as np
+import pytest
 import torch
 
 from reltrain.data.dataset import EvalBatchSampler, RelationDataset, TrainBatchSampler
@@ -27,27 +28,52 @@ def test_batch_padding_positions_and_segments():
     assert batch.index.tolist() == [0, 1] and batch.label.dtype == torch.int64
 
 
-def test_train_sampler_shards_are_the_global_batch():
-    lengths = np.random.default_rng(0).integers(1, 30, size=37)
-    single = TrainBatchSampler(lengths, batch_size=8, seed=3)
-    ranks = [TrainBatchSampler(lengths, batch_size=4, seed=3, rank=r, world_size=2) for r in (0, 1)]
+def steps(sampler) -> list:
+    return list(sampler)
+
+
+@pytest.mark.parametrize("world,batch,accum", [(2, 4, 1), (1, 4, 2), (2, 2, 2), (4, 2, 1), (3, 1, 3)])
+def test_any_split_of_the_global_batch_trains_the_same_steps(world, batch, accum):
+    lengths = np.random.default_rng(0).integers(1, 30, size=37)  # 37: the last step is short
+    single = TrainBatchSampler(lengths, batch_size=8 if world * accum != 9 else 9, seed=3, bucket=True)
+    ranks = [TrainBatchSampler(lengths, batch, 3, r, world, bucket=True, accum_steps=accum)
+             for r in range(world)]
     for s in (single, *ranks):
         s.set_epoch(2)
-    single_batches = list(single)
-    per_rank = [list(s) for s in ranks]
-    assert len(per_rank[0]) == len(per_rank[1]) == len(ranks[0])
-    for i, batch in enumerate(single_batches[:-1]):  # the last one holds the padding duplicate
-        assert sorted(per_rank[0][i] + per_rank[1][i]) == sorted(batch)
-    covered = {i for batches in per_rank for b in batches for i in b}
-    assert covered == set(range(37))
+    whole, per_rank = steps(single), [steps(s) for s in ranks]
+    assert all(len(p) == len(whole) == single.num_batches == ranks[0].num_batches for p in per_rank)
+    for i, step in enumerate(whole):
+        mine = [ix for p in per_rank if not p[i].dummy for m in p[i].micro for ix in m]
+        assert sorted(mine) == sorted(step.global_index)  # each example once, no padding
+        assert all(p[i].global_index == step.global_index for p in per_rank)
+        assert all(len(m) <= batch and len(p[i].micro) <= accum for p in per_rank for m in p[i].micro)
+    assert sorted(ix for step in whole for ix in step.global_index) == list(range(37))
+
+
+def test_a_rank_without_examples_in_the_last_step_gets_a_stand_in():
+    ranks = [TrainBatchSampler(np.ones(9, dtype=np.int64), 4, 0, r, 2) for r in (0, 1)]
+    last = [steps(s)[-1] for s in ranks]  # 9 = 8 + 1: the last step has one example
+    assert [s.dummy for s in last] == [False, True] and last[1].micro == [last[0].micro[0]]
+    step = RelationDataset(make_split([2] * 9, [(0, 1)] * 9, [(1, 2)] * 9), 2).__getitems__(last[1])
+    assert step.dummy and step.num_examples == 0 and step.global_size == 1
+
+
+def test_skipping_steps_resumes_the_same_order():
+    lengths = np.random.default_rng(4).integers(1, 30, size=50)
+    full, resumed = TrainBatchSampler(lengths, 4, 1), TrainBatchSampler(lengths, 4, 1)
+    full.set_epoch(3)
+    resumed.set_epoch(3, skip=5)
+    assert [s.global_index for s in steps(full)][5:] == [s.global_index for s in steps(resumed)]
+    assert len(resumed) == full.num_batches - 5
 
 
 def test_bucketing_reduces_padding_and_keeps_every_example():
     lengths = np.random.default_rng(1).integers(1, 100, size=500)
     plain, bucket = TrainBatchSampler(lengths, 16, 0), TrainBatchSampler(lengths, 16, 0, bucket=True)
-    pad = lambda s: sum(len(b) * lengths[b].max() - lengths[b].sum() for b in s)  # noqa: E731
+    pad = lambda s: sum(len(b) * lengths[b].max() - lengths[b].sum()  # noqa: E731
+                        for step in s for b in step.micro)
     assert pad(bucket) < pad(plain) / 3
-    assert sorted(i for b in bucket for i in b) == list(range(500))
+    assert sorted(i for step in bucket for b in step.micro for i in b) == list(range(500))
 
 
 def test_eval_sampler_deals_identical_batches_to_ranks():

@@ -16,19 +16,11 @@ from reltrain.data.schema import Entity, Record
 from reltrain.data.vectors import load_word_vectors
 from reltrain.data.vocab import Vocab
 
-from conftest import ZH_ROWS, data_overrides, ok, torchrun, write_csv
+from conftest import ZH_ROWS, data_overrides, encoder_args, ok, torchrun, write_csv
 
 pytestmark = pytest.mark.slow
 
-SMALL = {"bilstm": ["model.rnn_hidden=32", "model.rnn_layers=1"],
-         "transformer": ["model.tf_dim=32", "model.tf_layers=1", "model.tf_ff=64"]}
 BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16"]
-
-
-def encoder_args(name: str, tiny_bert: str) -> list[str]:
-    if name == "lm":
-        return ["model.name=lm", f"model.pretrained={tiny_bert}", "train.encoder_lr=1e-3"]
-    return [f"model.name={name}", *SMALL[name]]
 
 
 @pytest.mark.parametrize("name", ["bilstm", "transformer", "lm"])

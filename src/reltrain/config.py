@@ -69,7 +69,11 @@ class ModelConfig:
 @dataclass
 class TrainConfig:
     epochs: int = _opt(10, "passes over the training data")
-    batch_size: int = _opt(32, "examples per process and step; global batch = world_size x this")
+    batch_size: int = _opt(32, "examples per process and micro-batch")
+    accum_steps: int = _opt(1, "micro-batches per optimizer step; global batch = world size x "
+                               "batch_size x accum_steps")
+    global_batch_size: int = _opt(0, "examples per optimizer step on any hardware: accum_steps is "
+                                     "derived from it; 0: world size x batch_size x accum_steps")
     eval_batch_size: int = _opt(256, "examples per evaluation batch")
     lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)")
     encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder")
@@ -230,6 +234,8 @@ def validate(cfg: Config) -> None:
         _check(not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
     _check(t.epochs >= 1, "train.epochs must be at least 1")
     _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
+    _check(t.accum_steps >= 1, "train.accum_steps must be at least 1")
+    _check(t.global_batch_size >= 0, "train.global_batch_size must be >= 0 (0: derived)")
     _check(t.lr > 0, "train.lr must be positive")
     _check(t.weight_decay >= 0 and t.grad_clip >= 0, "train.weight_decay and grad_clip must be >= 0")
     _check(0 < t.lr_factor < 1, "train.lr_factor must be in (0, 1)")

@@ -28,7 +28,9 @@ from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
 from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_amp
 from reltrain.training.preemption import StopRequest
-from reltrain.training.resume import find_resume, load_best_weights, restore, run_complete
+from reltrain.training.batching import BatchPlan, plan_batches
+from reltrain.training.resume import (find_resume, load_best_weights, restore, run_complete,
+                                      saved_global_batch)
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
 from reltrain.training.trainer import Trainer, TrainState
 
@@ -72,9 +74,14 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     identity = {**token_identity(prepared), "labels": prepared.labels,
                 "data_key": prepared.cache_key}
     payload = find_resume(cfg, run_dir, identity, ctx)
+    plan = ctx.agree(lambda: plan_batches(
+        cfg.train, ctx.world_size, saved_global_batch(payload) if payload else None,
+        payload["path"] if payload else ""))
+    # What runs is what config.yaml, the checkpoints and the summary say.
+    cfg.train.accum_steps, cfg.train.global_batch_size = plan.accum_steps, plan.global_batch
     if ctx.is_main:
         start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
-        _describe(cfg, ctx, prepared)
+        _describe(cfg, ctx, prepared, plan)
     parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload)
     state = _fit(parts, ctx, run_dir, payload, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
@@ -87,12 +94,11 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     return summary
 
 
-def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared) -> None:
+def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared, plan: BatchPlan) -> None:
     cuda = f"yes, {torch.cuda.device_count()} GPU(s)" if torch.cuda.is_available() else "no"
     log.info("device %s (CUDA available: %s), strategy %s, world size %d, %d CPU thread(s) per process",
              ctx.device, cuda, ctx.strategy, ctx.world_size, torch.get_num_threads())
-    log.info("batch size %d per process, global batch %d", cfg.train.batch_size,
-             cfg.train.batch_size * ctx.world_size)
+    log.info(plan.describe())
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     cache = (f"{prepared.cache_path}{' (reused)' if prepared.reused else ''}"
@@ -124,7 +130,8 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
             for name, split in prepared.splits.items()}
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
-                                ctx.rank, ctx.world_size, bucket=cfg.data.bucket)
+                                ctx.rank, ctx.world_size, bucket=cfg.data.bucket,
+                                accum_steps=cfg.train.accum_steps)
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
                         num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
                         persistent_workers=cfg.data.num_workers > 0)
@@ -136,6 +143,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=amp == torch.float16)
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
     static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
+              "global_batch_size": cfg.train.global_batch_size,
               "hf_config": model_hf_config(D.unwrap(model))}
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
@@ -226,7 +234,8 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "stopped_early": state.stopped_early,
         "world_size": ctx.world_size,
         "batch_size": cfg.train.batch_size,
-        "global_batch_size": cfg.train.batch_size * ctx.world_size,
+        "accum_steps": cfg.train.accum_steps,
+        "global_batch_size": cfg.train.global_batch_size,
         "strategy": ctx.strategy,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,

@@ -64,7 +64,14 @@ class RelationDataset(Dataset):
     def __getitem__(self, i: int) -> Batch:
         return self.__getitems__([i])
 
-    def __getitems__(self, indices) -> Batch:
+    def __getitems__(self, indices) -> Batch | Step:
+        if isinstance(indices, StepIndices):
+            return Step([self._batch(m) for m in indices.micro],
+                        torch.from_numpy(self.split.labels[np.asarray(indices.global_index)]),
+                        indices.dummy)
+        return self._batch(indices)
+
+    def _batch(self, indices) -> Batch:
         s = self.split
         idx = np.asarray(indices, dtype=np.int64)
         starts, lens = s.offsets[idx], self.lengths[idx]
@@ -88,59 +95,93 @@ class RelationDataset(Dataset):
                      index=torch.from_numpy(idx))
 
 
-def collate_batch(batch: Batch) -> Batch:
-    """The dataset already returns a whole batch; a named function so workers can pickle it."""
+def collate_batch(batch):
+    """The dataset already returns a whole batch (or step); a named function so workers can
+    pickle it."""
     return batch
 
 
-class TrainBatchSampler(Sampler[list[int]]):
-    """This rank's training batches for one epoch, the same order for any launch.
+@dataclass
+class StepIndices:
+    """This rank's part of one optimizer step, as the sampler plans it."""
 
-    One permutation per epoch (from ``seed + epoch``) is padded to a multiple of ``world_size``,
-    cut into global batches of ``world_size * batch_size`` and each rank takes its interleaved
-    share, so world size W with batch B trains on the same global batches as one process with
-    batch W*B. Every rank gets the same number of batches, so uneven data never hangs a rank.
-    With ``bucket`` the permutation is sorted by length inside large chunks first (less padding).
+    micro: list[list[int]]  # this rank's micro-batches, in order
+    global_index: list[int]  # every example of the step (on every rank alike)
+    dummy: bool = False  # no example of the step is this rank's: one stand-in, weighted 0
+
+
+@dataclass
+class Step:
+    """One optimizer step's data on this rank: its micro-batches and the global batch's labels
+    (for the loss normaliser, which every rank computes alike without a collective)."""
+
+    batches: list[Batch]
+    global_labels: torch.Tensor  # (G,) labels of the whole global batch
+    dummy: bool = False
+
+    @property
+    def global_size(self) -> int:
+        return len(self.global_labels)
+
+    @property
+    def num_examples(self) -> int:
+        """Examples this rank trains on in the step (a stand-in does not count)."""
+        return 0 if self.dummy else sum(len(b) for b in self.batches)
+
+    def pin_memory(self) -> "Step":  # called by DataLoader(pin_memory=True)
+        return Step([b.pin_memory() for b in self.batches], self.global_labels, self.dummy)
+
+
+class TrainBatchSampler(Sampler[StepIndices]):
+    """This rank's training steps for one epoch, the same global batches for any launch.
+
+    One permutation per epoch (from ``seed + epoch``) is cut into global batches of
+    ``world_size * batch_size * accum_steps`` examples (the last one shorter); each rank takes
+    its interleaved share of a global batch and cuts it into micro-batches of ``batch_size``.
+    So W processes x batch B x A micro-batches train on the same global batches as one process
+    with batch W*B*A, and a position in the epoch (steps done) means the same for any W.
+    A rank left without an example in a short last step gets one stand-in example whose loss
+    is weighted 0, so every rank joins the step's gradient all-reduce. With ``bucket`` the
+    permutation is sorted by length inside large chunks first (less padding).
     """
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, rank: int = 0,
-                 world_size: int = 1, bucket: bool = False):
+                 world_size: int = 1, bucket: bool = False, accum_steps: int = 1):
         self.lengths, self.batch_size, self.seed = lengths, batch_size, seed
         self.rank, self.world_size, self.bucket = rank, world_size, bucket
+        self.global_size = batch_size * accum_steps * world_size
         self.epoch, self.skip = 0, 0
 
     def set_epoch(self, epoch: int, skip: int = 0) -> None:
-        """Use epoch ``epoch``'s order; leave out its first ``skip`` batches (already trained)."""
+        """Use epoch ``epoch``'s order; leave out its first ``skip`` steps (already trained)."""
         self.epoch, self.skip = epoch, skip
 
     def _global_order(self) -> np.ndarray:
-        rng = np.random.default_rng(self.seed + self.epoch)
-        order = rng.permutation(len(self.lengths))
-        pad = (-len(order)) % self.world_size
-        order = np.concatenate([order, order[:pad]])
+        order = np.random.default_rng(self.seed + self.epoch).permutation(len(self.lengths))
         if self.bucket:
-            chunk = self.batch_size * self.world_size * 50
+            chunk = self.global_size * 50
             parts = [order[i:i + chunk] for i in range(0, len(order), chunk)]
             order = np.concatenate([p[np.argsort(self.lengths[p], kind="stable")] for p in parts])
         return order
 
     def _global_batches(self) -> list[np.ndarray]:
-        order, size = self._global_order(), self.batch_size * self.world_size
+        order, size = self._global_order(), self.global_size
         batches = [order[i:i + size] for i in range(0, len(order), size)]
         if self.bucket:  # sorted chunks would otherwise train short sentences first
             perm = np.random.default_rng(self.seed + self.epoch + 1).permutation(len(batches))
             batches = [batches[i] for i in perm]
         return batches
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[StepIndices]:
         for batch in self._global_batches()[self.skip:]:
-            yield batch[self.rank::self.world_size].tolist()
+            share = batch[self.rank::self.world_size].tolist()
+            micro = [share[i:i + self.batch_size] for i in range(0, len(share), self.batch_size)]
+            yield StepIndices(micro or [[int(batch[0])]], batch.tolist(), dummy=not micro)
 
     @property
     def num_batches(self) -> int:
-        """Batches in a whole epoch."""
-        return math.ceil((len(self.lengths) + (-len(self.lengths)) % self.world_size)
-                         / (self.batch_size * self.world_size))
+        """Optimizer steps in a whole epoch."""
+        return math.ceil(len(self.lengths) / self.global_size)
 
     def __len__(self) -> int:
         return max(self.num_batches - self.skip, 0)

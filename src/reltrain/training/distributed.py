@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import logging
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -68,13 +68,13 @@ class DistContext:
         dist.broadcast_object_list(box, src=0)
         return box[0]
 
-    def mean(self, value: float) -> float:
-        """The mean of ``value`` over the ranks."""
+    def sum(self, values: list[float]) -> list[float]:
+        """Each of ``values`` summed over the ranks."""
         if not self.distributed:
-            return value
-        t = torch.tensor([value], dtype=torch.float64, device=self._tensor_device())
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=self._tensor_device())
         dist.all_reduce(t)
-        return float(t.item()) / self.world_size
+        return t.tolist()
 
     def start_vote(self, flag: int):
         """Begin agreeing on the largest ``flag`` over all ranks (e.g. a signal number seen by any).
@@ -251,6 +251,14 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
     if ctx.strategy == "dp" and ctx.dp_devices:
         return nn.DataParallel(model, device_ids=ctx.dp_devices, output_device=ctx.device)
     return model
+
+
+def no_sync(model: nn.Module, skip: bool):
+    """While ``skip``, DDP keeps this backward's gradients local (an accumulation micro-batch);
+    the next backward outside it all-reduces the sum. Anything else: no effect."""
+    if skip and isinstance(model, nn.parallel.DistributedDataParallel):
+        return model.no_sync()
+    return nullcontext()
 
 
 def unwrap(model: nn.Module) -> nn.Module:

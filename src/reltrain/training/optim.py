@@ -85,15 +85,41 @@ def build_schedule(optimizer, train_cfg, steps_per_epoch: int, model: nn.Module)
     return Schedule(optimizer, train_cfg, steps_per_epoch, _is_pretrained(model))
 
 
-def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> nn.Module:
+class GlobalBatchLoss(nn.Module):
+    """Cross-entropy as a share of the mean over a whole global batch.
+
+    ``forward`` sums the (class-weighted) losses of one micro-batch and divides by the global
+    batch's ``normaliser`` (its size, or its total class weight), so the micro-batches of all
+    ranks add up to the mean over the global batch, whatever way it was split.
+    """
+
+    def __init__(self, weight: torch.Tensor | None = None):
+        super().__init__()
+        self.register_buffer("weight", weight)
+
+    def normaliser(self, labels: torch.Tensor) -> torch.Tensor:
+        if self.weight is None:
+            return torch.tensor(float(len(labels)), device=self._device())
+        return self.weight[labels.to(self.weight.device)].sum()
+
+    def _device(self) -> torch.device:
+        return self.weight.device if self.weight is not None else torch.device("cpu")
+
+    def forward(self, logits: torch.Tensor, labels: torch.Tensor,
+                normaliser: torch.Tensor | float) -> torch.Tensor:
+        total = nn.functional.cross_entropy(logits, labels, weight=self.weight, reduction="sum")
+        return total / normaliser
+
+
+def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> GlobalBatchLoss:
     """Cross-entropy; ``balanced`` weighs each class by n / (C * count), unseen classes by 0."""
     if train_cfg.class_weights == "none":
-        return nn.CrossEntropyLoss()
+        return GlobalBatchLoss()
     counts = np.bincount(train_labels, minlength=num_labels).astype(np.float64)
     seen = counts > 0
     weights = np.zeros(num_labels)
     weights[seen] = counts.sum() / (seen.sum() * counts[seen])
-    return nn.CrossEntropyLoss(weight=torch.tensor(weights, dtype=torch.float32))
+    return GlobalBatchLoss(torch.tensor(weights, dtype=torch.float32))
 
 
 def resolve_amp(setting: str, device: torch.device, model: nn.Module) -> torch.dtype | None:

@@ -58,7 +58,7 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
 # Options that shape the training trajectory: a resumed run cannot honour a new value exactly
 # (the optimizer, the schedule and the data order in the checkpoint were made with the old one).
 _FIXED_FOR_RESUME = {
-    "train": ("batch_size", "lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio", "amp",
+    "train": ("lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio", "amp",
               "lr_factor", "lr_patience", "grad_clip", "select_metric", "class_weights", "seed"),
     "data": ("language", "tokenizer", "lowercase", "max_len", "min_freq", "pos_limit", "bucket",
              "skip_bad_rows"),
@@ -102,6 +102,11 @@ def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> 
                                 f"{was[key]!r}, now {now[key]!r}; a resumed run continues with "
                                 f"the checkpoint's settings (set {section}.{key}={was[key]}, or "
                                 f"use another output_dir or resume=never to start afresh)")
+    wanted, saved = cfg.train.global_batch_size, saved_global_batch(payload)
+    if wanted and wanted != saved:
+        raise UserError(f"{path}: does not match this run: it trained with a global batch of "
+                        f"{saved}, not train.global_batch_size={wanted}; the per-process batch and "
+                        f"the number of processes may change, the global batch may not")
     if payload.get("labels") != identity["labels"]:
         raise UserError(f"{path}: does not match this run: it was trained on another label set")
     if payload.get("vocab") != identity["vocab"] or payload.get("lm") != identity["lm"]:
@@ -133,24 +138,33 @@ def restore(payload: dict, model, optimizer, scheduler, trainer, ctx: D.DistCont
 
     state = TrainState(**payload["state"])
     saved_world = int(payload.get("world_size", 1))
-    if saved_world != ctx.world_size and state.batch_in_epoch:
-        raise UserError(f"{payload['path']} was saved mid-epoch by {saved_world} process(es) but "
-                        f"this run has {ctx.world_size}: the data order would not line up. Resume "
-                        f"with {saved_world} process(es), or from an epoch-end checkpoint")
     if saved_world != ctx.world_size:
-        log.warning("world size changed from %d to %d: continuing from the start of epoch %d with "
-                    "the new global batch; results will differ from an uninterrupted run",
-                    saved_world, ctx.world_size, state.epoch)
+        log.info("resuming on %d process(es) a run saved by %d, with the same global batch of %d "
+                 "(%s)", ctx.world_size, saved_world, saved_global_batch(payload),
+                 "mid-epoch, at the same example" if state.batch_in_epoch else "at an epoch end")
     optimizer.load_state_dict(payload["optimizer"])
     scheduler.load_state_dict(payload["scheduler"])
     if scaler is not None and "scaler" in payload:
         scaler.load_state_dict(payload["scaler"])
     rank_states = payload["rank_states"]
-    mine = rank_states[ctx.rank % len(rank_states)]
-    restore_rng(mine["rng"])
+    restore_rng(rank_states[ctx.rank % len(rank_states)]["rng"])
+    progress = [EpochProgress(**r["progress"]) for r in rank_states]
     if saved_world == ctx.world_size:
-        trainer.partial = EpochProgress(**mine["progress"])
+        trainer.partial = progress[ctx.rank]
+    elif ctx.is_main:  # the epoch's running totals of all old ranks, carried by the new rank 0
+        trainer.partial = EpochProgress(sum(p.loss_sum for p in progress),
+                                        sum(p.examples for p in progress),
+                                        max(p.seconds for p in progress))
     return state
+
+
+def saved_global_batch(payload: dict) -> int:
+    """The global batch a checkpoint trained with (older ones: world size x batch size)."""
+    if payload.get("global_batch_size"):
+        return int(payload["global_batch_size"])
+    train = payload.get("config", {}).get("train", {})
+    return int(payload.get("world_size", 1)) * int(train.get("batch_size", 1)) * int(
+        train.get("accum_steps", 1))
 
 
 def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> dict | None:

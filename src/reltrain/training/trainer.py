@@ -90,24 +90,24 @@ class Trainer:
         self.model.train()
         sampler = self.train_loader.batch_sampler
         sampler.set_epoch(epoch, skip=state.batch_in_epoch)
+        # This rank's running totals; a resumed epoch starts from the checkpoint's.
         done = self.partial
         total = torch.tensor(done.loss_sum, dtype=torch.float32, device=self.ctx.device)
         examples, start = done.examples, time.perf_counter() - done.seconds
-        bar = tqdm(self.train_loader, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="batch",
+        bar = tqdm(self.train_loader, desc=f"epoch {epoch}/{self.cfg.epochs}", unit="step",
                    initial=state.batch_in_epoch, total=sampler.num_batches,
                    disable=not self.progress, leave=False)
         # A stop request is voted on over all ranks in the background during the next step, so
         # every rank stops after the same step. Under DDP the vote runs every 8 steps only: even a
         # tiny extra collective per step cost about 10% of CPU scaling efficiency.
         vote = None
-        for batch in bar:
-            loss = self._run_batch(batch.to(self.ctx.device, non_blocking=True), state.step)
-            total += loss * len(batch)
-            examples += len(batch)
+        for step in bar:
+            total += self._run_step(step, state.step)
+            examples += step.num_examples
             state.step += 1
             state.batch_in_epoch += 1
             if self.progress and state.step % 10 == 0:
-                bar.set_postfix(loss=f"{total.item() / examples:.4f}")
+                bar.set_postfix(loss=f"{total.item() / max(examples, 1):.4f}")
             signum = vote() if vote else 0
             vote = None
             if state.step % self._vote_every == 0:
@@ -118,12 +118,16 @@ class Trainer:
         if vote and (signum := vote()):
             self._save_mid_epoch(state, epoch, total, examples, start, signum)
         seconds = time.perf_counter() - start
-        loss = self.ctx.mean(total.item() / max(examples, 1))
+        loss_sum, count, new = self.ctx.sum([total.item(), float(examples),
+                                             float(examples - done.examples)])
+        loss = loss_sum / max(count, 1)
         if not math.isfinite(loss):
             raise FloatingPointError(f"training loss became {loss} in epoch {epoch}; lower train.lr")
         return {"epoch": epoch, "train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
-                "step": state.step, "train_seconds": seconds,
-                "train_sent_per_s": examples * self.ctx.world_size / seconds}
+                "step": state.step, "world_size": self.ctx.world_size,
+                "batch_size": self.cfg.batch_size, "accum_steps": self.cfg.accum_steps,
+                "global_batch_size": self.cfg.global_batch_size, "train_seconds": seconds,
+                "train_sent_per_s": new / max(seconds - done.seconds, 1e-9)}
 
     def _save_mid_epoch(self, state, epoch, total, examples, start, signum: int) -> None:
         self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
@@ -131,22 +135,40 @@ class Trainer:
         if signum:
             raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
 
-    def _run_batch(self, batch, step: int) -> torch.Tensor:
-        # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.
-        noise = example_noise_seeds(self.cfg.seed, step, batch.index)
-        with torch.autocast(self.ctx.device.type, dtype=self.amp or torch.float32,
-                            enabled=self.amp is not None):
-            logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
-            loss = self.loss_fn(logits.float(), batch.label)
+    def _run_step(self, step, step_number: int) -> torch.Tensor:
+        """One optimizer step on the whole global batch, from this rank's micro-batches.
+
+        Each micro-batch's loss is its share of the mean over the global batch (class weights
+        included), so the gradients summed over micro-batches and ranks are those of one step
+        on the whole global batch; DDP synchronises them on the last micro-batch only.
+        Returns this rank's part of (global mean loss x global batch size), for the log.
+        """
+        normaliser = self.loss_fn.normaliser(step.global_labels)
+        # DDP averages the ranks' gradients; the loss is a sum over ranks, so scale it back up.
+        scale = float(self.ctx.world_size)
         self.optimizer.zero_grad(set_to_none=True)
-        self.scaler.scale(loss).backward()  # the scaler is a pass-through unless fp16
+        total = torch.zeros((), dtype=torch.float32, device=self.ctx.device)
+        last = len(step.batches) - 1
+        for k, batch in enumerate(step.batches):
+            batch = batch.to(self.ctx.device, non_blocking=True)
+            # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.
+            noise = example_noise_seeds(self.cfg.seed, step_number, batch.index)
+            with D.no_sync(self.model, k < last):
+                with torch.autocast(self.ctx.device.type, dtype=self.amp or torch.float32,
+                                    enabled=self.amp is not None):
+                    logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
+                    loss = self.loss_fn(logits.float(), batch.label, normaliser)
+                if step.dummy:  # a stand-in: joins the all-reduce, adds nothing
+                    loss = loss * 0.0
+                self.scaler.scale(loss * scale).backward()  # a pass-through unless fp16
+            total += loss.detach()
         if self.cfg.grad_clip:
             self.scaler.unscale_(self.optimizer)
             nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.scaler.step(self.optimizer)
         self.scaler.update()
         self.schedule.after_step()
-        return loss.detach()
+        return total * step.global_size
 
     def _validate(self, epoch: int, state: TrainState, record: dict) -> bool:
         """Score the validation split; update bests and the LR. True if best.pt should change."""
