@@ -89,9 +89,9 @@ def _resume_hint(args, exc: Preempted) -> str:
 
     overrides = [o for o in args.overrides if not o.startswith("output_dir=")]
     devices = [o for o in overrides if o.startswith("devices=")]
-    from reltrain.training.distributed import launched_by_torchrun
+    from reltrain.training.distributed import launched
 
-    if launched_by_torchrun() and not devices:
+    if launched() and not devices:
         return f"; to resume, run the same launch command with output_dir={exc.run_dir}"
     command = ["reltrain", "train", *(["--config", args.config] if args.config else []),
                *overrides, f"output_dir={exc.run_dir}"]
@@ -106,9 +106,9 @@ def _dispatch(args) -> int:
 
         cfg = load_config(args.config, args.overrides)
         if args.command == "train" and cfg.devices > 1:
-            from reltrain.training.distributed import launched_by_torchrun
+            from reltrain.training.distributed import launched
 
-            if not launched_by_torchrun():
+            if not launched():
                 from reltrain.launch import run_local_workers
 
                 from reltrain.training.run_dir import new_run_dir

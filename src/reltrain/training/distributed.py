@@ -138,12 +138,83 @@ class DistContext:
 
 
 def launched_by_torchrun() -> bool:
-    return "WORLD_SIZE" in os.environ and "RANK" in os.environ
+    return _is_set("WORLD_SIZE") and _is_set("RANK")
+
+
+def _is_set(name: str) -> bool:
+    return bool(os.environ.get(name, "").strip())
+
+
+def launched() -> bool:
+    """Started as one of several workers: by torchrun (or a launcher like it) or by Slurm's srun."""
+    return launched_by_torchrun() or slurm_tasks(os.environ) > 1
 
 
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name, "")
     return int(value) if value.strip().isdigit() else default
+
+
+def slurm_tasks(env) -> int:
+    """How many tasks srun started (0: not under srun, or an interactive allocation's shell)."""
+    if env.get("SLURM_JOB_NAME") in ("bash", "interactive"):  # salloc's shell: the user decides
+        return 0
+    value = env.get("SLURM_NTASKS", "")
+    return int(value) if value.isdigit() else 0
+
+
+def slurm_launch_env(env) -> dict[str, str]:
+    """torchrun's variables for a task started by ``srun`` (one task per GPU, no torchrun).
+
+    RANK, WORLD_SIZE and LOCAL_RANK come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID;
+    MASTER_ADDR is the first host of the job's node list and MASTER_PORT is derived from the job
+    id unless set (Lightning's conventions, so the two agree on a shared cluster).
+    """
+    missing = [k for k in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID") if not env.get(k, "").isdigit()]
+    nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not nodelist:
+        missing.append("SLURM_JOB_NODELIST")
+    if missing:
+        raise UserError(f"SLURM_NTASKS={env['SLURM_NTASKS']} but {', '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} not set as srun sets them: start "
+                        f"the tasks with srun, or use torchrun")
+    job = env["SLURM_JOB_ID"]
+    if env.get("SLURM_ARRAY_JOB_ID", "").isdigit():  # array tasks share a job id: keep them apart
+        job = env["SLURM_ARRAY_JOB_ID"] + env.get("SLURM_ARRAY_TASK_ID", "")
+    return {"RANK": env["SLURM_PROCID"], "WORLD_SIZE": env["SLURM_NTASKS"],
+            "LOCAL_RANK": env["SLURM_LOCALID"],
+            "MASTER_ADDR": env.get("MASTER_ADDR") or first_host(nodelist),
+            "MASTER_PORT": env.get("MASTER_PORT") or str(15000 + int(job[-4:]))}
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list such as ``gpu[03-05,09],cpu1``."""
+    import shutil
+    import subprocess
+
+    if shutil.which("scontrol"):
+        out = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True,
+                             text=True)
+        if out.returncode == 0 and out.stdout.split():
+            return out.stdout.split()[0]
+    try:
+        import hostlist
+    except ImportError:
+        raise UserError("expanding SLURM_JOB_NODELIST needs scontrol or python-hostlist: "
+                        "pip install 'reltrain[slurm]', or set MASTER_ADDR") from None
+    try:
+        return hostlist.expand_hostlist(nodelist)[0]
+    except (hostlist.BadHostlist, IndexError) as exc:
+        raise UserError(f"SLURM_JOB_NODELIST={nodelist!r} is not a node list: {exc}") from None
+
+
+def _check_launcher_env() -> None:
+    """Half of torchrun's variables is a mistake, not a single-process run."""
+    present = [k for k in ("RANK", "WORLD_SIZE") if _is_set(k)]
+    if len(present) == 1:
+        other = "WORLD_SIZE" if present == ["RANK"] else "RANK"
+        raise UserError(f"{present[0]} is set but {other} is not: start the workers with "
+                        f"torchrun (or srun), or unset {present[0]}")
 
 
 def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> torch.device:
@@ -163,7 +234,11 @@ def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> to
 
 
 def setup(device: str, dist_cfg) -> DistContext:
-    """Read RANK/LOCAL_RANK/WORLD_SIZE, pick the device and, under a launcher, join the group."""
+    """Read RANK/LOCAL_RANK/WORLD_SIZE (torchrun's, or Slurm's under srun), pick the device
+    and, under a launcher, join the group."""
+    _check_launcher_env()
+    if not launched_by_torchrun() and slurm_tasks(os.environ) > 1:
+        os.environ.update(slurm_launch_env(os.environ))  # then init_process_group reads them
     launched = launched_by_torchrun()
     rank, local_rank = _env_int("RANK", 0), _env_int("LOCAL_RANK", 0)
     world_size = _env_int("WORLD_SIZE", 1)
@@ -171,7 +246,7 @@ def setup(device: str, dist_cfg) -> DistContext:
     if strategy == "auto":
         strategy = "ddp" if launched else "single"
     if strategy == "ddp" and not launched:
-        raise UserError("dist.strategy=ddp needs a launcher: use torchrun, or devices=N")
+        raise UserError("dist.strategy=ddp needs a launcher: use torchrun, srun, or devices=N")
     if launched and world_size > 1 and strategy != "ddp":
         raise UserError(f"started by a launcher with WORLD_SIZE={world_size}, but dist.strategy="
                         f"{strategy}; use dist.strategy=ddp (or auto)")
@@ -283,9 +358,14 @@ def strip_wrapper_prefixes(state_dict: dict) -> dict:
 
 
 def launcher_run_id() -> str | None:
-    """torchrun's run id: the same on every node and across elastic restarts of one job."""
+    """torchrun's run id or Slurm's job id: the same on every node and across restarts (and
+    requeues) of one job."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
-    return run_id if launched_by_torchrun() and run_id and run_id != "none" else None
+    if launched_by_torchrun() and run_id and run_id != "none":
+        return f"torchrun-{run_id}"
+    if slurm_tasks(os.environ) > 1 and os.environ.get("SLURM_JOB_ID"):
+        return f"slurm-{os.environ['SLURM_JOB_ID']}"
+    return None
 
 
 def restart_count() -> int:

@@ -13,7 +13,7 @@ log = logging.getLogger(__name__)
 
 
 class StopRequest:
-    """Handlers for SIGTERM, SIGINT and SIGHUP for the whole run.
+    """Handlers for SIGTERM, SIGINT, SIGHUP and SIGUSR1 for the whole run.
 
     While ``training()`` is active a signal only sets ``signum``: the trainer saves a checkpoint
     at the next step all ranks agree on and stops. Outside it (preprocessing, test scoring)
@@ -22,7 +22,8 @@ class StopRequest:
     """
 
     # SIGHUP: the terminal of a foreground run was closed (torchrun passes it on to workers too).
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    # SIGUSR1: Slurm's warning before the time limit (#SBATCH --signal=USR1@120).
+    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
     def __init__(self, announce: bool = True):
         self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)

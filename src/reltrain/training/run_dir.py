@@ -18,16 +18,16 @@ LOCK_NAME = ".lock"
 
 
 def new_run_dir(cfg) -> Path:
-    """``output_dir``, or a fresh ``runs/<time>-<model>`` (torchrun: named by its run id).
+    """``output_dir``, or a fresh ``runs/<time>-<model>`` (torchrun, srun: named by the job).
 
     A fresh name is claimed by creating the folder, so two runs started in the same second
     get two folders (``...-cnn``, ``...-cnn-2``).
     """
     if cfg.output_dir:
         return Path(cfg.output_dir)
-    run_id = D.launcher_run_id()  # stable across torchrun's restarts, so they find the checkpoints
+    run_id = D.launcher_run_id()  # stable across restarts and requeues: they find the checkpoints
     if run_id:
-        return Path("runs") / f"torchrun-{run_id}-{cfg.model.name}"
+        return Path("runs") / f"{run_id}-{cfg.model.name}"
     base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{cfg.model.name}"
     for n in range(1, 1000):
         path = base if n == 1 else base.with_name(f"{base.name}-{n}")
