@@ -122,14 +122,14 @@ import os, sys
 from reltrain.cli import main
 from reltrain.training.trainer import Trainer
 
-real = Trainer._run_batch
+real = Trainer._run_step
 
-def run_batch(self, batch, step):
+def run_step(self, batch, step):
     if os.environ["RANK"] == "1" and step == 3:
         raise RuntimeError("injected failure on rank 1")
     return real(self, batch, step)
 
-Trainer._run_batch = run_batch
+Trainer._run_step = run_step
 sys.exit(main(["train", *sys.argv[1:]]))
 """
 

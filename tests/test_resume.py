@@ -30,15 +30,15 @@ from reltrain.training.trainer import Trainer
 
 rank, at, sig, marker = os.environ.get("RANK", "0"), int(os.environ["AT_STEP"]), \\
     getattr(signal, os.environ["SIGNAL"]), Path(os.environ["MARKER"])
-real = Trainer._run_batch
+real = Trainer._run_step
 
-def run_batch(self, batch, step):
+def run_step(self, batch, step):
     if rank == os.environ.get("SIGNAL_RANK", "0") and step == at and not marker.exists():
         marker.write_text("done")
         os.kill(os.getpid(), sig)
     return real(self, batch, step)
 
-Trainer._run_batch = run_batch
+Trainer._run_step = run_step
 sys.exit(main(["train", *sys.argv[1:]]))
 """
 

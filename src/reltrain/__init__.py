@@ -11,7 +11,8 @@ __all__ = ["__version__", "load"]
 
 
 def load(path, device: str = "cpu"):
-    """Load a checkpoint for prediction: ``reltrain.load("run/checkpoints/best.pt").predict(...)``."""
+    """Load a checkpoint or an exported folder for prediction:
+    ``reltrain.load("run/checkpoints/best.pt").predict_text(...)``, ``reltrain.load("my-model")``."""
     from reltrain.predict import Predictor
 
     return Predictor.from_checkpoint(path, device=device)

@@ -38,12 +38,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
     p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="a .pt checkpoint or an exported folder")
     p.add_argument("data", help="labelled .csv or .jsonl")
     p.add_argument("--output", metavar="FILE", help="also write the JSON here")
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
-    p.add_argument("checkpoint")
+    p.add_argument("checkpoint", help="a .pt checkpoint or an exported folder")
     p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional)")
     p.add_argument("--text")
     p.add_argument("--head", help="head entity text")
@@ -53,6 +53,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
     _common(p)
+    p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
+                       description="Write CHECKPOINT as a folder: model.safetensors, config.json "
+                                   "(id2label), the vocabulary or tokenizer files, README.md.")
+    p.add_argument("checkpoint")
+    p.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
+    p.add_argument("--format", choices=["safetensors"], default="safetensors",
+                   help="safetensors (ONNX is planned)")
     return parser
 
 
@@ -125,6 +132,11 @@ def _dispatch(args) -> int:
             from reltrain.train import run_train
 
             run_train(cfg)
+    elif args.command == "export":
+        from reltrain.inference.export import export_model
+
+        out = export_model(args.checkpoint, args.out_dir)
+        print(f"exported {args.checkpoint} to {out}", flush=True)
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 

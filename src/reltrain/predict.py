@@ -26,7 +26,8 @@ log = logging.getLogger("reltrain.predict")
 
 
 class Predictor:
-    """A trained model with its vocabulary, labels and tokenizer.
+    """A trained model with its vocabulary, labels and tokenizer, from a ``.pt`` checkpoint or a
+    folder written by ``reltrain export``.
 
     >>> p = reltrain.load("runs/x/checkpoints/best.pt")
     >>> p.predict_text("Alice Moreau was born in Dunmore .", head="Alice Moreau", tail="Dunmore")
@@ -41,11 +42,14 @@ class Predictor:
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
                         ctx: D.DistContext | None = None) -> "Predictor":
-        """``ctx``: the distributed context when every rank predicts a share (evaluate)."""
+        """``path``: a checkpoint or an exported folder. ``ctx``: the distributed context when
+        every rank predicts a share (evaluate)."""
         if ctx is None:
             ctx = D.DistContext(device=device if isinstance(device, torch.device)
                                 else D.resolve_device(device))
-        payload = load_checkpoint(path, map_location="cpu")
+        from reltrain.inference.export import is_exported, read_exported
+
+        payload = read_exported(path) if is_exported(path) else load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
         labels = list(payload["labels"])
         encoder, _, _ = identity_encoder(payload, config.data)

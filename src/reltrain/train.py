@@ -144,7 +144,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
     static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
               "global_batch_size": cfg.train.global_batch_size,
-              "hf_config": model_hf_config(D.unwrap(model))}
+              "data_rows": prepared.meta["rows"], "hf_config": model_hf_config(D.unwrap(model))}
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []

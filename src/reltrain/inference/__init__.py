@@ -1,0 +1,1 @@
+"""Using a trained model: loading, exporting, predicting; nothing here needs training."""
