@@ -105,6 +105,16 @@ def user_error(result: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+def cli_error(capsys, *argv: str) -> str:
+    """``user_error`` for ``reltrain ARGV`` run in this process (quicker than a fresh one)."""
+    from reltrain.cli import main
+
+    capsys.readouterr()
+    code = main(list(argv))
+    err = capsys.readouterr().err
+    return user_error(subprocess.CompletedProcess(argv, code, "", err))
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line]
 

@@ -18,7 +18,7 @@ import yaml
 
 from reltrain.training.run_dir import RunDirLock
 
-from conftest import SCRATCH, WORKER_ENV, data_overrides, ok, run, run_cli, user_error
+from conftest import SCRATCH, WORKER_ENV, cli_error, data_overrides, ok, run, run_cli, user_error
 
 pytestmark = pytest.mark.slow
 
@@ -128,15 +128,19 @@ def test_the_lock_of_a_killed_run_is_not_stale(small_en, tmp_path):
     ok(run_cli(*args))
 
 
-def test_resume_refuses_options_it_cannot_honour_and_applies_the_others(small_en, tmp_path):
+def test_resume_refuses_options_it_cannot_honour_and_applies_the_others(small_en, tmp_path, capsys):
     run_dir = tmp_path / "run"
     args = ["train", *data_overrides(small_en), *BASE, f"output_dir={run_dir}"]
     ok(run_cli(*args, "train.epochs=1"))
     config = (run_dir / "config.yaml").read_text()
-    for change in ("train.lr=0.01", "train.seed=7", "model.dropout=0.1", "data.max_len=50"):
-        line = user_error(run_cli(*args, "train.epochs=2", change))
+    for change in ("train.lr=0.01", "train.seed=7", "model.dropout=0.1", "data.max_len=50",
+                   "train.global_batch_size=64"):
+        line = cli_error(capsys, *args, "train.epochs=2", change)
         key, value = change.split("=")
-        assert f"does not match this run: {key} was" in line and f"set {key}=" in line, line
+        if key == "train.global_batch_size":
+            assert "it trained with a global batch of 16, not train.global_batch_size=64" in line
+        else:
+            assert f"does not match this run: {key} was" in line and f"set {key}=" in line, line
         assert (run_dir / "config.yaml").read_text() == config  # still says what ran
     resumed = ok(run_cli(*args, "train.epochs=2", "train.eval_batch_size=7", "log.plots=true"))
     assert "train.epochs changed from 1 to 2" in resumed.stderr

@@ -10,7 +10,7 @@ import torch
 import reltrain
 from reltrain.cli import main
 
-from conftest import data_overrides, read_jsonl, run_cli, user_error
+from conftest import cli_error, data_overrides, read_jsonl, run_cli, user_error
 
 
 @pytest.fixture(scope="session")
@@ -172,14 +172,16 @@ def test_output_that_is_the_input_is_refused(trained, small_en, tmp_path):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
-def test_device_names_are_one_line_errors_in_every_command(trained, small_en):
+def test_device_names_are_one_line_errors_in_every_command(trained, small_en, capsys):
     ckpt = str(trained / "checkpoints/best.pt")
     for device, expected in (("cuda", "CUDA is not available"), ("cuda:1", "CUDA is not available"),
                              ("tpu", "device must be auto, cpu, cuda or cuda:N"),
                              ("cuda:x", "device must be")):
-        assert expected in user_error(run_cli("predict", ckpt, small_en["test"], "--device", device))
-        assert expected in user_error(run_cli("evaluate", ckpt, small_en["test"], "--device", device))
-        assert expected in user_error(run_cli("train", f"device={device}", "train.epochs=1"))
+        assert expected in cli_error(capsys, "predict", ckpt, small_en["test"], "--device", device)
+        assert expected in cli_error(capsys, "evaluate", ckpt, small_en["test"], "--device", device)
+        assert expected in cli_error(capsys, "train", f"device={device}", "train.epochs=1")
+    assert "CUDA is not available" in user_error(run_cli("predict", ckpt, small_en["test"],
+                                                         "--device", "cuda"))  # as a user runs it
 
 
 def test_smaller_user_errors(trained, tmp_path):
