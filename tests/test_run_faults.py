@@ -187,3 +187,21 @@ def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(small_en, t
     resumed = ok(run_cli(*args, "train.epochs=2"))
     assert "skipping a damaged line" in resumed.stderr
     assert [json.loads(x)["epoch"] for x in metrics.read_text().splitlines()] == [1, 2]
+
+
+def test_ctrl_c_while_the_devices_workers_preprocess(tmp_path):
+    from reltrain.examples import EXAMPLE_DIR
+
+    lines = (EXAMPLE_DIR / "train.jsonl").read_text().splitlines()
+    big = tmp_path / "big.jsonl"
+    big.write_text("\n".join(lines * 60) + "\n")  # 72,000 rows: seconds of tokenizing
+    tag = uuid.uuid4().hex
+    stderr = tmp_path / "stderr.txt"
+    proc = start(["train", "devices=2", f"data.train={big}", f"data.cache_dir={tmp_path / 'c'}",
+                  *BASE, f"output_dir={tmp_path / 'run'}"], tag, tmp_path, stderr)
+    wait_for(lambda: (tmp_path / "run" / "train.log").is_file())  # rank 0 is in preprocessing
+    os.killpg(proc.pid, signal.SIGINT)
+    assert proc.wait(timeout=120) == 130
+    wait_for(lambda: not tagged_processes(tag), timeout=30)
+    text = stderr.read_text()
+    assert "Traceback" not in text and text.count("stopped by SIGINT") == 1, text[-3000:]

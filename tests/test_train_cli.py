@@ -249,7 +249,8 @@ def test_every_key_the_docs_name_exists():
     root = Path(__file__).resolve().parents[1]
     for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
         named = set(re.findall(r"`((?:%s)\.[a-z_]+)" % "|".join(sections), doc.read_text()))
-        files = {n for n in named if n.rsplit(".", 1)[1] in ("csv", "log", "py", "json", "jsonl")}
+        files = {n for n in named if n.rsplit(".", 1)[1] in ("csv", "log", "py", "json", "jsonl",
+                                                              "safetensors", "onnx", "yaml", "txt")}
         assert named - files <= keys, (doc.name, named - files - keys)
 
 

@@ -57,6 +57,10 @@ def run_train(cfg: Config) -> dict:
     except Preempted as exc:
         exc.run_dir = str(lock.path.parent) if lock else None
         raise
+    except Exception:
+        if stop.signum:  # a collective broke because the other ranks stopped on the same signal
+            raise Preempted(stop.signum, when="before training or after it; nothing new to save") from None
+        raise
     finally:
         stop.restore()
         if lock:

@@ -127,10 +127,14 @@ class DistContext:
                 yield
             except BaseException as exc:
                 failure = exc
-            self.broadcast_object(None if failure is None else f"{type(failure).__name__}: {failure}")
-            if failure is not None:
-                raise failure
-            return
+            if failure is None:
+                self.broadcast_object(None)
+                return
+            try:
+                self.broadcast_object(f"{type(failure).__name__}: {failure}")
+            except Exception:  # the others are gone already (stopped by the same signal)
+                pass
+            raise failure
         status = self.broadcast_object(None)
         if status is not None:  # rank 0 reports its own error; this one only ends the rank
             raise SharedUserError(f"rank 0 failed: {status}")
