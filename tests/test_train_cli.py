@@ -259,3 +259,39 @@ def test_an_empty_value_is_an_empty_string():
 
     cfg = load_config(None, ["output_dir=", "data.cache_dir="])
     assert cfg.output_dir == "" and cfg.data.cache_dir == ""
+
+
+def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained, small_en, tmp_path):
+    from reltrain.predict import run_predict
+
+    lines = Path(small_en["test"]).read_text().splitlines()[:30]
+    lines[4] = '{"text": "broken"'
+    lines[11] = lines[11].replace('"pos": [', '"pos": [900, ')
+    data = tmp_path / "mixed.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    ckpt = str(trained / "checkpoints/best.pt")
+    whole, chunked = tmp_path / "whole.jsonl", tmp_path / "chunked.jsonl"
+    assert run_predict(ckpt, str(data), output=str(whole), skip_bad_rows=True) == 30
+    assert run_predict(ckpt, str(data), output=str(chunked), skip_bad_rows=True, chunk_rows=7) == 30
+    assert whole.read_bytes() == chunked.read_bytes()
+    rows = read_jsonl(chunked)
+    assert rows[4] == {"line": 5, "error": rows[4]["error"]} and "invalid JSON" in rows[4]["error"]
+    assert rows[11]["line"] == 12 and "h.pos" in rows[11]["error"]
+    good = [json.loads(x) for i, x in enumerate(lines) if i not in (4, 11)]
+    assert [r["text"] for i, r in enumerate(rows) if i not in (4, 11)] == [g["text"] for g in good]
+
+
+def test_a_failed_predict_leaves_the_output_file_as_it_was(trained, small_en, tmp_path):
+    lines = Path(small_en["test"]).read_text().splitlines()[:20]
+    lines[15] = '{"text": "broken"'
+    data = tmp_path / "bad_late.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out.jsonl"
+    out.write_text("earlier results\n")
+    from reltrain.predict import run_predict
+    from reltrain.errors import DataError
+
+    with pytest.raises(DataError, match="bad_late.jsonl:16"):
+        run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), chunk_rows=10)
+    assert out.read_text() == "earlier results\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_late.jsonl", "out.jsonl"]

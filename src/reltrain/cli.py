@@ -52,6 +52,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tail-offset", type=int, help="character offset of the tail (default: first occurrence)")
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
+    p.add_argument("--progress", choices=["auto", "true", "false"], default="auto",
+                   help="progress bar with sentences/s (auto: on a terminal)")
     _common(p)
     p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
                        description="Write CHECKPOINT as a folder: model.safetensors, config.json "
@@ -65,7 +67,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--skip-bad-rows", action="store_true", help="skip invalid rows instead of stopping")
+    p.add_argument("--skip-bad-rows", action="store_true",
+                   help="go on past invalid rows (predict: a {\"line\", \"error\"} line in their place)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -150,5 +153,6 @@ def _dispatch(args) -> int:
         if args.top_k < 1:
             raise UserError("--top-k must be at least 1")
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
-                    args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows)
+                    args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
+                    args.progress)
     return 0

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from reltrain.errors import UserError
@@ -24,3 +27,29 @@ def write_output(output: str, text: str) -> None:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+
+
+@contextmanager
+def output_stream(output: str | None):
+    """A text stream for command output: stdout, or a temporary file beside ``output`` that is
+    renamed over it only when everything was written (an error leaves no half-written file)."""
+    if not output:
+        yield sys.stdout
+        sys.stdout.flush()
+        return
+    target = Path(output)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part",
+                                   dir=target.parent if str(target.parent) else ".")
+    except OSError as exc:
+        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            yield f
+        os.replace(tmp, target)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

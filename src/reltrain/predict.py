@@ -13,11 +13,10 @@ from reltrain.config import Config, config_from_dict
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import encode_records
-from reltrain.data.readers import read_records
 from reltrain.data.schema import Entity, Record
 from reltrain.errors import UserError
 from reltrain.models import build_model
-from reltrain.output import check_output, write_output
+from reltrain.output import check_output, output_stream
 from reltrain.training import distributed as D
 from reltrain.training.checkpoint import load_checkpoint
 from reltrain.training.evaluation import eval_loader, predict_probs
@@ -126,27 +125,66 @@ def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
 def run_predict(checkpoint: str, data: str | None = None, text: str | None = None,
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None, top_k: int = 3,
-                device: str = "cpu", skip_bad_rows: bool = False) -> list[dict]:
+                device: str = "cpu", skip_bad_rows: bool = False, progress: str = "auto",
+                chunk_rows: int = 4096) -> int:
     """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
+    Returns the number of lines written.
 
         reltrain predict runs/x/checkpoints/best.pt new.csv --output predictions.jsonl
         reltrain predict runs/x/checkpoints/best.pt --text "..." --head A --tail B
+
+    A file is read, tokenized and predicted ``chunk_rows`` rows at a time, and each chunk's
+    lines are written as soon as it is done, in input order: memory stays flat for a corpus of
+    any size. With ``skip_bad_rows`` a bad row gives ``{"line": N, "error": "..."}`` in its
+    place, so the output stays aligned with the input. ``--output`` is written to a temporary
+    file beside it and renamed into place at the end: an error leaves no half-written file.
     """
+    from reltrain.logs import progress_enabled
+
     check_output(output, (data, checkpoint))
     predictor = Predictor.from_checkpoint(checkpoint, device=device)
-    if data is not None:
-        result = read_records(data, None, require_relation=False, skip_bad_rows=skip_bad_rows)
-        if result.skipped:
-            log.warning("skipped %d bad row(s) in %s", len(result.skipped), data)
-        records = result.records
-    else:
+    if data is None:
         if text is None or head is None or tail is None:
             raise UserError("give a DATA file, or --text with --head and --tail")
-        records = [make_record(text, head, tail, head_offset, tail_offset)]
-    results = predictor.predict(records, top_k=top_k)
-    lines = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in results)
-    if output:
-        write_output(output, lines)
+        record = make_record(text, head, tail, head_offset, tail_offset)
+        lines = [json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], top_k)]
+        chunks = iter([lines])
     else:
-        print(lines, end="", flush=True)
-    return results
+        chunks = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows,
+                                   progress_enabled(progress, True))
+    with output_stream(output) as out:
+        written = 0
+        for lines in chunks:
+            out.write("".join(line + "\n" for line in lines))
+            out.flush()
+            written += len(lines)
+    return written
+
+
+def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
+                      chunk_rows: int, progress: bool):
+    """The output lines of ``path``, a chunk of input rows at a time, in input order."""
+    from itertools import islice
+
+    from tqdm.auto import tqdm
+
+    from reltrain.data.readers import iter_records
+    from reltrain.errors import DataError
+
+    rows = iter_records(path, None, require_relation=False)
+    bad = 0
+    with tqdm(desc="predict", unit="sent", disable=not progress, dynamic_ncols=True) as bar:
+        while chunk := list(islice(rows, chunk_rows)):
+            errors = [item for _, item in chunk if isinstance(item, DataError)]
+            if errors and not skip_bad_rows:
+                raise errors[0]
+            bad += len(errors)
+            records = [item for _, item in chunk if not isinstance(item, DataError)]
+            probs = iter(predictor.probabilities(records) if records else [])
+            yield [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
+                              else predictor._result(item, next(probs), top_k), ensure_ascii=False)
+                   for line, item in chunk]
+            bar.update(len(chunk))
+    if bad:
+        log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
+                    "its place", bad, path)

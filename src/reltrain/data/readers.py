@@ -42,6 +42,30 @@ def read_text(path: str | Path) -> str:
     return text
 
 
+def read_lines(path: str | Path) -> Iterator[str]:
+    """The file's lines as UTF-8 text, line endings kept, read as they are needed (a file of
+    any size takes little memory). A BOM is allowed; other encodings and an empty file are
+    user errors, found where they occur."""
+    path = Path(path)
+    try:
+        f = open(path, "rb")
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    content = False
+    with f:
+        for number, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(str(path), number, None,
+                                f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file "
+                                f"as UTF-8") from None
+            content = content or bool(line.strip())
+            yield line
+    if not content:
+        raise DataError(str(path), None, None, "empty file: no rows")
+
+
 def read_records(path: str | Path, labels: list[str] | None = None, *,
                  require_relation: bool = True, skip_bad_rows: bool = False) -> ReadResult:
     """Read a .csv or .jsonl file into records, validating every row.
@@ -49,6 +73,25 @@ def read_records(path: str | Path, labels: list[str] | None = None, *,
     ``labels``: when given, a relation outside it is an error. With ``skip_bad_rows`` a bad row
     is left out and its reason kept in ``ReadResult.skipped`` instead.
     """
+    path = str(path)
+    result = ReadResult(records=[])
+    for _, item in iter_records(path, labels, require_relation=require_relation):
+        if isinstance(item, DataError):
+            if not skip_bad_rows:
+                raise item
+            result.skipped.append(str(item))
+            continue
+        result.records.append(item)
+    if not result.records:
+        raise DataError(path, None, None,
+                        "no usable rows" + (f" ({len(result.skipped)} skipped)" if result.skipped else ""))
+    return result
+
+
+def iter_records(path: str | Path, labels: list[str] | None = None, *,
+                 require_relation: bool = True) -> Iterator[tuple[int, Record | DataError]]:
+    """(line, record) for each row of a .csv or .jsonl file, or (line, the row's error), read
+    lazily. Errors of the file as a whole (format, header, encoding) are raised."""
     path = str(path)
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
@@ -58,25 +101,17 @@ def read_records(path: str | Path, labels: list[str] | None = None, *,
     else:
         raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
     known = set(labels) if labels is not None else None
-    result = ReadResult(records=[])
-    for build in rows:
+    for line, build in rows:
         try:
             record = build()
             if known is not None and record.relation is not None and record.relation not in known:
-                line = int(record.source.rsplit(":", 1)[1])
                 raise DataError(path, line, "relation",
                                 f"unknown relation '{record.relation}' (not in the label set: "
                                 f"{_preview(labels)})")
         except DataError as exc:
-            if not skip_bad_rows:
-                raise
-            result.skipped.append(str(exc))
+            yield line, exc
             continue
-        result.records.append(record)
-    if not result.records:
-        raise DataError(path, None, None,
-                        "no usable rows" + (f" ({len(result.skipped)} skipped)" if result.skipped else ""))
-    return result
+        yield line, record
 
 
 def _preview(labels: list[str], limit: int = 8) -> str:
@@ -85,8 +120,8 @@ def _preview(labels: list[str], limit: int = 8) -> str:
 
 
 def _csv_rows(path: str, require_relation: bool) -> Iterator:
-    text = read_text(path)
-    reader = csv.reader(io.StringIO(text, newline=""))
+    """(line, build) per row; ``build()`` makes the record or raises the row's DataError."""
+    reader = csv.reader(read_lines(path))
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
@@ -110,14 +145,14 @@ def _csv_rows(path: str, require_relation: bool) -> Iterator:
             return
         except csv.Error as exc:
             err = DataError(path, line, None, f"bad CSV: {exc}")
-            line = reader.line_num + 1
-            yield _raiser(err)
+            start, line = line, reader.line_num + 1
+            yield start, _raiser(err)
             continue
         start, line = line, reader.line_num + 1
         if not values or all(not v.strip() for v in values):
             continue
-        yield lambda values=values, start=start: _csv_record(path, start, header, col, values,
-                                                            require_relation)
+        yield start, lambda values=values, start=start: _csv_record(path, start, header, col,
+                                                                   values, require_relation)
 
 
 def _raiser(exc: Exception):
@@ -184,12 +219,12 @@ def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
 
 
 def _jsonl_rows(path: str, require_relation: bool) -> Iterator:
-    text = read_text(path)
-    # Split on "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON strings
-    # may hold unescaped.
-    for number, raw in enumerate(text.split("\n"), start=1):
+    # Lines end at "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON
+    # strings may hold unescaped.
+    for number, raw in enumerate(read_lines(path), start=1):
         if raw.strip():
-            yield lambda raw=raw, number=number: _jsonl_record(path, number, raw, require_relation)
+            yield number, lambda raw=raw, number=number: _jsonl_record(path, number, raw,
+                                                                       require_relation)
 
 
 def _jsonl_record(path, line, raw, require_relation) -> Record:
