@@ -295,3 +295,27 @@ def test_a_failed_predict_leaves_the_output_file_as_it_was(trained, small_en, tm
         run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), chunk_rows=10)
     assert out.read_text() == "earlier results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_late.jsonl", "out.jsonl"]
+
+
+def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
+    from reltrain.predict import run_predict
+
+    text = "Alice Moreau was born in Dunmore , not in Corrin ."
+    entities = [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [25, 32]},
+                {"name": "Corrin", "pos": [42, 48]}]
+    data = tmp_path / "sentences.jsonl"
+    data.write_text(json.dumps({"text": text, "entities": entities}) + "\n"
+                    + json.dumps({"text": text, "entities": entities[:1]}) + "\n")
+    out = tmp_path / "pairs.jsonl"
+    run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), skip_bad_rows=True)
+    first, second = read_jsonl(out)
+    order = [(p["head"]["name"], p["tail"]["name"]) for p in first["pairs"]]
+    assert order == [("Alice Moreau", "Dunmore"), ("Alice Moreau", "Corrin"), ("Dunmore", "Alice Moreau"),
+                     ("Dunmore", "Corrin"), ("Corrin", "Alice Moreau"), ("Corrin", "Dunmore")]
+    assert second["line"] == 2 and "at least two entities" in second["error"]
+    model = reltrain.load(trained / "checkpoints/best.pt")
+    single = model.predict_text(text, "Alice Moreau", "Dunmore")
+    pairs = model.predict_pairs(text, entities)
+    assert pairs[0]["relation"] == single["relation"] == "born_in"
+    assert abs(pairs[0]["score"] - single["score"]) < 1e-6
+    assert first["pairs"][0]["score"] == pytest.approx(single["score"], abs=1e-6)

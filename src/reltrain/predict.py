@@ -13,7 +13,7 @@ from reltrain.config import Config, config_from_dict
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import encode_records
-from reltrain.data.schema import Entity, Record
+from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.models import build_model
 from reltrain.output import check_output, output_stream
@@ -78,6 +78,36 @@ class Predictor:
                 progress: bool = False) -> list[dict]:
         probs = self.probabilities(records, batch_size, progress)
         return [self._result(rec, p, top_k) for rec, p in zip(records, probs)]
+
+    def predict_pairs(self, text: str, entities: list[dict], top_k: int = 3) -> list[dict]:
+        """A prediction for every ordered pair of distinct entities of a sentence, ``(e0, e1),
+        (e0, e2), ..., (e1, e0), ...``; ``entities``: ``[{"name": ..., "pos": [start, end]}]``.
+
+        >>> p.predict_pairs("Alice Moreau was born in Dunmore .",
+        ...                 [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [24, 31]}])
+        """
+        from reltrain.data.readers import entity_sentence
+
+        sentence = entity_sentence({"text": text, "entities": entities})
+        return self.predict_any([sentence], top_k)[0]["pairs"]
+
+    def predict_any(self, items: list, top_k: int = 3, batch_size: int = 256) -> list[dict]:
+        """One result per item, in order: a ``Record`` gives its prediction, an
+        ``EntitySentence`` a ``{"text", "entities", "pairs": [...]}`` object; all pairs of all
+        items are predicted in the same batches."""
+        flat = [rec for item in items for rec in (item.pairs() if isinstance(item, EntitySentence)
+                                                  else [item])]
+        probs = iter(self.probabilities(flat, batch_size) if flat else [])
+        out = []
+        for item in items:
+            if isinstance(item, EntitySentence):
+                pairs = [self._result(rec, next(probs), top_k) for rec in item.pairs()]
+                out.append({"text": item.text,
+                            "entities": [{"name": e.name, "pos": [e.start, e.end]} for e in item.entities],
+                            "pairs": [{k: v for k, v in p.items() if k != "text"} for p in pairs]})
+            else:
+                out.append(self._result(item, next(probs), top_k))
+        return out
 
     def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
                      tail_offset: int | None = None, top_k: int = 3) -> dict:
@@ -171,7 +201,7 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     from reltrain.data.readers import iter_records
     from reltrain.errors import DataError
 
-    rows = iter_records(path, None, require_relation=False)
+    rows = iter_records(path, None, require_relation=False, entity_lists=True)
     bad = 0
     with tqdm(desc="predict", unit="sent", disable=not progress, dynamic_ncols=True) as bar:
         while chunk := list(islice(rows, chunk_rows)):
@@ -179,11 +209,10 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
             if errors and not skip_bad_rows:
                 raise errors[0]
             bad += len(errors)
-            records = [item for _, item in chunk if not isinstance(item, DataError)]
-            probs = iter(predictor.probabilities(records) if records else [])
+            results = iter(predictor.predict_any(
+                [item for _, item in chunk if not isinstance(item, DataError)], top_k))
             yield [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
-                              else predictor._result(item, next(probs), top_k), ensure_ascii=False)
-                   for line, item in chunk]
+                              else next(results), ensure_ascii=False) for line, item in chunk]
             bar.update(len(chunk))
     if bad:
         log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from reltrain.data.schema import Entity, Record
+from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import DataError, UserError
 
 _DIGITS = re.compile(r"[0-9]+")
@@ -89,15 +89,18 @@ def read_records(path: str | Path, labels: list[str] | None = None, *,
 
 
 def iter_records(path: str | Path, labels: list[str] | None = None, *,
-                 require_relation: bool = True) -> Iterator[tuple[int, Record | DataError]]:
+                 require_relation: bool = True,
+                 entity_lists: bool = False) -> Iterator[tuple[int, Record | EntitySentence | DataError]]:
     """(line, record) for each row of a .csv or .jsonl file, or (line, the row's error), read
-    lazily. Errors of the file as a whole (format, header, encoding) are raised."""
+    lazily. Errors of the file as a whole (format, header, encoding) are raised.
+    ``entity_lists``: JSONL rows may give ``"entities": [{"name", "pos"}, ...]`` instead of
+    ``h`` and ``t`` (an ``EntitySentence``: every pair is asked about)."""
     path = str(path)
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         rows = _csv_rows(path, require_relation)
     elif suffix in (".jsonl", ".json", ".txt"):
-        rows = _jsonl_rows(path, require_relation)
+        rows = _jsonl_rows(path, require_relation, entity_lists)
     else:
         raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
     known = set(labels) if labels is not None else None
@@ -218,22 +221,24 @@ def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
                   tokens=tokens)
 
 
-def _jsonl_rows(path: str, require_relation: bool) -> Iterator:
+def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False) -> Iterator:
     # Lines end at "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON
     # strings may hold unescaped.
     for number, raw in enumerate(read_lines(path), start=1):
         if raw.strip():
             yield number, lambda raw=raw, number=number: _jsonl_record(path, number, raw,
-                                                                       require_relation)
+                                                                       require_relation, entity_lists)
 
 
-def _jsonl_record(path, line, raw, require_relation) -> Record:
+def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Record | EntitySentence:
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+    if entity_lists and "entities" in obj:
+        return entity_sentence(obj, path, line)
     relation = _relation(path, line, obj.get("relation"), require_relation)
     tokens = None
     if "text" in obj:
@@ -252,6 +257,19 @@ def _jsonl_record(path, line, raw, require_relation) -> Record:
     head = _json_entity(path, line, obj, "h", text, tokens)
     tail = _json_entity(path, line, obj, "t", text, tokens)
     return _finish(path, line, text, head, tail, relation, tokens)
+
+
+def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -> EntitySentence:
+    """``{"text": ..., "entities": [{"name", "pos"}, ...]}`` (character offsets), validated."""
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(path, line, "text", "expected a non-empty string")
+    items = obj["entities"]
+    if not isinstance(items, list) or len(items) < 2:
+        raise DataError(path, line, "entities", "expected a list of at least two entities")
+    entities = tuple(_json_entity(path, line, {f"entities[{i}]": item}, f"entities[{i}]", text, None)
+                     for i, item in enumerate(items))
+    return EntitySentence(text, entities, f"{path}:{line}")
 
 
 def _json_entity(path, line, obj, key, text, tokens) -> Entity:

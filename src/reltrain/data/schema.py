@@ -29,3 +29,19 @@ class Record:
     relation: str | None
     source: str
     tokens: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class EntitySentence:
+    """A sentence with its entities but no chosen pair (prediction input): every ordered pair
+    of distinct entities is a question, in the order of ``pairs()``."""
+
+    text: str
+    entities: tuple[Entity, ...]
+    source: str
+
+    def pairs(self) -> list[Record]:
+        """(e_i, e_j) for i, then j, in the given order, i != j, as records."""
+        return [Record(self.text, h, t, None, self.source)
+                for i, h in enumerate(self.entities) for j, t in enumerate(self.entities)
+                if i != j and (h.start, h.end) != (t.start, t.end)]
