@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable
 
 from reltrain.data.schema import Record
@@ -35,11 +36,18 @@ def _char_pieces(text: str) -> list[Piece]:
     return [(c, i, i + 1) for i, c in enumerate(text) if not c.isspace()]
 
 
-def _jieba_pieces(text: str) -> list[Piece]:
-    import jieba  # imported lazily: it takes a second and logs on first use
+@lru_cache(maxsize=1)
+def _jieba():
+    """jieba, imported and quietened once: it takes a second and logs on first use, and
+    setLogLevel on every call cost a quarter of prediction time (logging clears its caches)."""
+    import jieba
 
     jieba.setLogLevel(logging.WARNING)
-    return [(w, s, e) for w, s, e in jieba.tokenize(text) if w.strip()]
+    return jieba
+
+
+def _jieba_pieces(text: str) -> list[Piece]:
+    return [(w, s, e) for w, s, e in _jieba().tokenize(text) if w.strip()]
 
 
 _KINDS: dict[str, Callable[[str], list[Piece]]] = {
