@@ -271,8 +271,9 @@ def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained
     data.write_text("\n".join(lines) + "\n")
     ckpt = str(trained / "checkpoints/best.pt")
     whole, chunked = tmp_path / "whole.jsonl", tmp_path / "chunked.jsonl"
-    assert run_predict(ckpt, str(data), output=str(whole), skip_bad_rows=True) == 30
-    assert run_predict(ckpt, str(data), output=str(chunked), skip_bad_rows=True, chunk_rows=7) == 30
+    assert run_predict(ckpt, str(data), output=str(whole), skip_bad_rows=True, workers=0) == 30
+    assert run_predict(ckpt, str(data), output=str(chunked), skip_bad_rows=True, chunk_rows=7,
+                       workers=2) == 30  # tokenized in two worker processes
     assert whole.read_bytes() == chunked.read_bytes()
     rows = read_jsonl(chunked)
     assert rows[4] == {"line": 5, "error": rows[4]["error"]} and "invalid JSON" in rows[4]["error"]

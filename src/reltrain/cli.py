@@ -54,6 +54,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
     p.add_argument("--progress", choices=["auto", "true", "false"], default="auto",
                    help="progress bar with sentences/s (auto: on a terminal)")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="processes that tokenize while the model predicts (default: one per "
+                        "core, at most 8; 0: none)")
     _common(p)
     p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
                        description="Write CHECKPOINT as a folder: model.safetensors, config.json "
@@ -152,7 +155,9 @@ def _dispatch(args) -> int:
             raise UserError("give either a DATA file or --text, not both")
         if args.top_k < 1:
             raise UserError("--top-k must be at least 1")
+        if args.workers is not None and args.workers < 0:
+            raise UserError("--workers must be >= 0")
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
                     args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
-                    args.progress)
+                    args.progress, workers=args.workers)
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 from reltrain.config import Config, config_from_dict
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
-from reltrain.data.preprocess import encode_records
+from reltrain.data.preprocess import Split, encode_records
 from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.models import build_model
@@ -37,6 +38,7 @@ class Predictor:
         self.model, self.config, self.labels = model.eval(), config, labels
         self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
         self.label_index = {name: i for i, name in enumerate(labels)}
+        self.identity: dict = {}  # vocab or lm, as a checkpoint stores them (for worker processes)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -59,18 +61,31 @@ class Predictor:
         except RuntimeError as exc:
             raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
                             f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        return cls(model.to(ctx.device), config, labels, encoder, ctx)
+        predictor = cls(model.to(ctx.device), config, labels, encoder, ctx)
+        predictor.identity = {"vocab": payload.get("vocab"), "lm": payload.get("lm")}
+        return predictor
 
-    def dataset(self, records: list[Record]) -> RelationDataset:
+    def encode(self, records: list[Record]) -> Split:
         enc = self.encoder
         split, _, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
                                      self.config.data.max_len)
-        return RelationDataset(split, self.config.data.pos_limit, enc.pad_id)
+        return split
+
+    def dataset(self, records: list[Record]) -> RelationDataset:
+        return self.split_dataset(self.encode(records))
+
+    def split_dataset(self, split: Split) -> RelationDataset:
+        return RelationDataset(split, self.config.data.pos_limit, self.encoder.pad_id)
 
     def probabilities(self, records: list[Record], batch_size: int = 256,
                       progress: bool = False) -> np.ndarray:
         """(N, C) probabilities, in the order of ``records``."""
-        data = self.dataset(records)
+        return self.split_probabilities(self.encode(records), batch_size, progress)
+
+    def split_probabilities(self, split: Split, batch_size: int = 256,
+                            progress: bool = False) -> np.ndarray:
+        """(N, C) probabilities of examples already tokenized and indexed."""
+        data = self.split_dataset(split)
         return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),
                              self.ctx, progress, desc="predict")
 
@@ -95,9 +110,11 @@ class Predictor:
         """One result per item, in order: a ``Record`` gives its prediction, an
         ``EntitySentence`` a ``{"text", "entities", "pairs": [...]}`` object; all pairs of all
         items are predicted in the same batches."""
-        flat = [rec for item in items for rec in (item.pairs() if isinstance(item, EntitySentence)
-                                                  else [item])]
-        probs = iter(self.probabilities(flat, batch_size) if flat else [])
+        flat = flatten(items)
+        return self.regroup(items, iter(self.probabilities(flat, batch_size) if flat else []), top_k)
+
+    def regroup(self, items: list, probs: Iterator[np.ndarray], top_k: int) -> list[dict]:
+        """The results of ``items`` from the probabilities of ``flatten(items)``, in order."""
         out = []
         for item in items:
             if isinstance(item, EntitySentence):
@@ -124,6 +141,12 @@ class Predictor:
         if rec.relation is not None:
             out["gold"] = rec.relation
         return out
+
+
+def flatten(items: list) -> list[Record]:
+    """The records to predict for ``items``: a record itself, every pair of an EntitySentence."""
+    return [rec for item in items for rec in (item.pairs() if isinstance(item, EntitySentence)
+                                              else [item])]
 
 
 def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
@@ -156,7 +179,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None, top_k: int = 3,
                 device: str = "cpu", skip_bad_rows: bool = False, progress: str = "auto",
-                chunk_rows: int = 4096) -> int:
+                chunk_rows: int = 4096, workers: int | None = None) -> int:
     """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
     Returns the number of lines written.
 
@@ -168,6 +191,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     any size. With ``skip_bad_rows`` a bad row gives ``{"line": N, "error": "..."}`` in its
     place, so the output stays aligned with the input. ``--output`` is written to a temporary
     file beside it and renamed into place at the end: an error leaves no half-written file.
+    ``workers`` processes tokenize the chunks while the model predicts (default: one per core,
+    at most 8; 0: tokenize in this process).
     """
     from reltrain.logs import progress_enabled
 
@@ -181,7 +206,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         chunks = iter([lines])
     else:
         chunks = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows,
-                                   progress_enabled(progress, True))
+                                   progress_enabled(progress, True), workers)
     with output_stream(output) as out:
         written = 0
         for lines in chunks:
@@ -192,25 +217,42 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
 
 
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
-                      chunk_rows: int, progress: bool):
+                      chunk_rows: int, progress: bool, workers: int | None = None):
     """The output lines of ``path``, a chunk of input rows at a time, in input order."""
+    from contextlib import closing
+    from dataclasses import asdict
     from itertools import islice
 
     from tqdm.auto import tqdm
 
     from reltrain.data.readers import iter_records
     from reltrain.errors import DataError
+    from reltrain.inference import encoding
 
     rows = iter_records(path, None, require_relation=False, entity_lists=True)
-    bad = 0
-    with tqdm(desc="predict", unit="sent", disable=not progress, dynamic_ncols=True) as bar:
+
+    def chunks():
         while chunk := list(islice(rows, chunk_rows)):
+            yield chunk, flatten([item for _, item in chunk if not isinstance(item, DataError)])
+
+    workers = encoding.default_workers() if workers is None else workers
+    if workers > 0 and encoding.usable(predictor.identity):
+        encoded = encoding.encode_in_workers(chunks(), workers, asdict(predictor.config.data),
+                                             predictor.identity, predictor.label_index)
+    else:
+        encoded = ((chunk, predictor.encode(flat) if flat else None) for chunk, flat in chunks())
+    bad = 0
+    # closing(): a worker pool is shut down here, on an error too, not at interpreter exit.
+    with closing(encoded), tqdm(desc="predict", unit="sent", disable=not progress,
+                                dynamic_ncols=True) as bar:
+        for chunk, split in encoded:
             errors = [item for _, item in chunk if isinstance(item, DataError)]
             if errors and not skip_bad_rows:
                 raise errors[0]
             bad += len(errors)
-            results = iter(predictor.predict_any(
-                [item for _, item in chunk if not isinstance(item, DataError)], top_k))
+            items = [item for _, item in chunk if not isinstance(item, DataError)]
+            probs = iter(predictor.split_probabilities(split) if split is not None else [])
+            results = iter(predictor.regroup(items, probs, top_k))
             yield [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
                               else next(results), ensure_ascii=False) for line, item in chunk]
             bar.update(len(chunk))
