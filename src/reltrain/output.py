@@ -30,26 +30,38 @@ def write_output(output: str, text: str) -> None:
 
 
 @contextmanager
+def atomic_file(path: str | Path, mode: str = "w", suffix: str = ".part", fsync: bool = False):
+    """A new file beside ``path`` that is renamed over it only when the block ends without an
+    error; otherwise it is removed and ``path`` is left as it was. A failure to write is a
+    one-line error naming ``path``."""
+    path = Path(path)
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=suffix,
+                                   dir=path.parent if str(path.parent) else ".")
+    except OSError as exc:
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    try:
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
+            yield f
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
 def output_stream(output: str | None):
-    """A text stream for command output: stdout, or a temporary file beside ``output`` that is
-    renamed over it only when everything was written (an error leaves no half-written file)."""
+    """A text stream for command output: stdout, or a file that replaces ``output`` only when
+    everything was written (an error leaves no half-written file)."""
     if not output:
         yield sys.stdout
         sys.stdout.flush()
         return
-    target = Path(output)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=target.name + ".", suffix=".part",
-                                   dir=target.parent if str(target.parent) else ".")
-    except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            yield f
-        os.replace(tmp, target)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(output) as f:
+        yield f

@@ -10,7 +10,6 @@ import json
 import os
 import random
 import re
-import tempfile
 import zipfile
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import numpy as np
 import torch
 
 from reltrain.errors import UserError
+from reltrain.output import atomic_file
 
 FORMAT = "reltrain-checkpoint"
 VERSION = 1
@@ -38,19 +38,9 @@ def save_checkpoint(path: str | Path, payload: dict, sidecar: dict | None = None
 
 
 def _atomic_write(path: Path, write) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # ".tmp": a run directory's leftovers of a killed write are removed by that suffix.
+    with atomic_file(path, "wb", suffix=".tmp", fsync=True) as f:
+        write(f)
 
 
 def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
