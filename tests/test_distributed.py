@@ -14,7 +14,8 @@ import torch
 
 from reltrain.cli import _parser
 
-from conftest import EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, run, run_cli, torchrun
+from conftest import (EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, run, run_cli, torchrun,
+                      user_error)
 
 pytestmark = pytest.mark.slow
 
@@ -175,3 +176,21 @@ def _buffers_worker(rank: int, port: int) -> None:
 
 def test_constant_buffers_are_not_broadcast_every_step():
     torch.multiprocessing.spawn(_buffers_worker, args=(free_port(),), nprocs=1)
+
+
+def test_predict_on_two_processes_writes_the_same_bytes_as_one(runs, odd_data, tmp_path):
+    lines = Path(odd_data["test"]).read_text().splitlines()
+    lines[10] = '{"text": "broken"'
+    data = tmp_path / "data.jsonl"
+    data.write_text("\n".join(lines) + "\n")
+    ckpt = str(runs["two"] / "checkpoints/best.pt")
+    args = ["predict", ckpt, str(data), "--skip-bad-rows", "--chunk-rows", "7"]
+    ok(run_cli(*args, "--output", str(tmp_path / "one.jsonl")))
+    ok(torchrun(3, "-m", "reltrain", *args, "--output", str(tmp_path / "three.jsonl")))
+    ok(run_cli(*args, "--devices", "2", "--output", str(tmp_path / "two.jsonl")))
+    one = (tmp_path / "one.jsonl").read_bytes()
+    assert one == (tmp_path / "three.jsonl").read_bytes() == (tmp_path / "two.jsonl").read_bytes()
+    assert len(one.splitlines()) == 79 and b'{"line": 11' in one.splitlines()[10]
+    bad = user_error(run_cli("predict", ckpt, str(data), "--chunk-rows", "7", "--devices", "2",
+                             "--output", str(tmp_path / "x.jsonl")))  # the bad row is rank 1's
+    assert "data.jsonl:11" in bad and not (tmp_path / "x.jsonl").exists()

@@ -57,6 +57,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, metavar="N",
                    help="processes that tokenize while the model predicts (default: one per "
                         "core, at most 8; 0: none)")
+    p.add_argument("--chunk-rows", type=int, default=4096, metavar="N",
+                   help="rows read, predicted and written at a time (default 4096)")
+    p.add_argument("--devices", type=int, default=0, metavar="N",
+                   help="predict in N local processes through torch.distributed.run (the same "
+                        "output as one)")
     _common(p)
     p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
                        description="Write CHECKPOINT as a folder: model.safetensors, config.json "
@@ -75,7 +80,9 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = _parser().parse_args(argv)
+    args.argv = argv
     from reltrain.logs import setup_console_logging
 
     setup_console_logging(os.environ.get("RANK", "0") == "0")
@@ -157,7 +164,15 @@ def _dispatch(args) -> int:
             raise UserError("--top-k must be at least 1")
         if args.workers is not None and args.workers < 0:
             raise UserError("--workers must be >= 0")
+        if args.chunk_rows < 1 or args.devices < 0:
+            raise UserError("--chunk-rows must be at least 1 and --devices at least 0")
+        from reltrain.training.distributed import launched
+
+        if args.devices > 1 and not launched():
+            from reltrain.launch import run_local_workers
+
+            return run_local_workers(args.devices, args.argv)  # the workers see the launcher
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
                     args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
-                    args.progress, workers=args.workers)
+                    args.progress, chunk_rows=args.chunk_rows, workers=args.workers)
     return 0

@@ -194,31 +194,78 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     ``workers`` processes tokenize the chunks while the model predicts (default: one per core,
     at most 8; 0: tokenize in this process).
     """
+    from reltrain.config import DistConfig
     from reltrain.logs import progress_enabled
 
     check_output(output, (data, checkpoint))
-    predictor = Predictor.from_checkpoint(checkpoint, device=device)
-    if data is None:
-        if text is None or head is None or tail is None:
-            raise UserError("give a DATA file, or --text with --head and --tail")
-        record = make_record(text, head, tail, head_offset, tail_offset)
-        lines = [json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], top_k)]
-        chunks = iter([lines])
-    else:
-        chunks = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows,
-                                   progress_enabled(progress, True), workers)
-    with output_stream(output) as out:
-        written = 0
-        for lines in chunks:
-            out.write("".join(line + "\n" for line in lines))
-            out.flush()
-            written += len(lines)
-    return written
+    ctx = D.setup(device, DistConfig())
+    try:
+        # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
+        # rank 0 writes them in input order: the same bytes as one process.
+        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device)
+        if data is None:
+            if text is None or head is None or tail is None:
+                raise UserError("give a DATA file, or --text with --head and --tail")
+            record = make_record(text, head, tail, head_offset, tail_offset)
+            chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], top_k)]])
+        else:
+            mine = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows,
+                                     progress_enabled(progress, ctx.is_main), workers,
+                                     shard=(ctx.rank, ctx.world_size))
+            chunks = _gathered_in_order(mine, ctx)
+        if not ctx.is_main:
+            for _ in chunks:  # joins every round of the gather
+                pass
+            return 0
+        written, bad = 0, 0
+        with output_stream(output) as out:
+            for lines in chunks:
+                out.write("".join(line + "\n" for line in lines))
+                out.flush()
+                written += len(lines)
+                bad += sum(line.startswith('{"line": ') for line in lines)
+        if bad:
+            log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
+                        "its place", bad, data)
+        return written
+    finally:
+        D.teardown(ctx)
+
+
+def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterator[list[str]]:
+    """Every rank's chunks in input order (rank r holds chunks r, r + W, ...), on rank 0; a
+    user error on any rank stops all of them alike."""
+    if not ctx.distributed:
+        yield from mine
+        return
+    from reltrain.errors import SharedUserError
+
+    done = False
+    while True:
+        part = None
+        if not done:
+            try:
+                part = ("lines", next(mine))
+            except StopIteration:
+                done = True
+            except UserError as exc:
+                done, part = True, ("error", str(exc))
+        parts = ctx.all_gather_objects(part)
+        errors = [p[1] for p in parts if p and p[0] == "error"]
+        if errors:
+            raise UserError(errors[0]) if ctx.is_main else SharedUserError(errors[0])
+        if all(p is None for p in parts):
+            return
+        for p in parts:
+            if p:
+                yield p[1]
 
 
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
-                      chunk_rows: int, progress: bool, workers: int | None = None):
-    """The output lines of ``path``, a chunk of input rows at a time, in input order."""
+                      chunk_rows: int, progress: bool, workers: int | None = None,
+                      shard: tuple[int, int] = (0, 1)):
+    """The output lines of ``path``, a chunk of input rows at a time, in input order; with
+    ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row)."""
     from contextlib import closing
     from dataclasses import asdict
     from itertools import islice
@@ -232,8 +279,11 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     rows = iter_records(path, None, require_relation=False, entity_lists=True)
 
     def chunks():
+        index = 0
         while chunk := list(islice(rows, chunk_rows)):
-            yield chunk, flatten([item for _, item in chunk if not isinstance(item, DataError)])
+            if index % shard[1] == shard[0]:
+                yield chunk, flatten([item for _, item in chunk if not isinstance(item, DataError)])
+            index += 1
 
     workers = encoding.default_workers() if workers is None else workers
     if workers > 0 and encoding.usable(predictor.identity):
@@ -241,7 +291,6 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
                                              predictor.identity, predictor.label_index)
     else:
         encoded = ((chunk, predictor.encode(flat) if flat else None) for chunk, flat in chunks())
-    bad = 0
     # closing(): a worker pool is shut down here, on an error too, not at interpreter exit.
     with closing(encoded), tqdm(desc="predict", unit="sent", disable=not progress,
                                 dynamic_ncols=True) as bar:
@@ -249,13 +298,9 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
             errors = [item for _, item in chunk if isinstance(item, DataError)]
             if errors and not skip_bad_rows:
                 raise errors[0]
-            bad += len(errors)
             items = [item for _, item in chunk if not isinstance(item, DataError)]
             probs = iter(predictor.split_probabilities(split) if split is not None else [])
             results = iter(predictor.regroup(items, probs, top_k))
             yield [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
                               else next(results), ensure_ascii=False) for line, item in chunk]
             bar.update(len(chunk))
-    if bad:
-        log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
-                    "its place", bad, path)

@@ -139,7 +139,7 @@ tail), it predicts which of {len(labels)} relations holds: {', '.join(labels)}.
 ## Use
 
 ```bash
-pip install reltrain
+# with reltrain installed (pip install -e . in its repository, or from your package index)
 reltrain predict {out.name} --text "..." --head "..." --tail "..."
 reltrain predict {out.name} sentences.jsonl --output predictions.jsonl
 reltrain evaluate {out.name} test.csv
