@@ -7,7 +7,7 @@ given sizes by repeating deepke-zh's rows, then for each size times ``reltrain p
 --output ...`` in a fresh process (tokenization, prediction and writing included) and reads its
 peak RSS. The baseline, in the same run: jieba alone segmenting the same sentences on one core
 (``jieba.lcut``, HMM on as reltrain uses it). Printed: sentences/s of each, their ratio, peak
-RSS per size.
+RSS per size (the main process, and the largest of the worker processes that predict).
 """
 
 from __future__ import annotations
@@ -59,20 +59,21 @@ def jieba_rate(sentences: list[str]) -> float:
     return len(sentences) / (time.perf_counter() - start)
 
 
-def predict(checkpoint: Path, corpus: Path, out: Path) -> tuple[float, float]:
-    """(sentences/s, peak RSS MB) of one ``reltrain predict`` process."""
+def predict(checkpoint: Path, corpus: Path, out: Path) -> tuple[float, float, float]:
+    """(sentences/s, peak RSS MB, largest worker's peak RSS MB) of one ``reltrain predict``."""
     code = ("import resource, sys, time\nfrom reltrain.cli import main\nt = time.perf_counter()\n"
             "rc = main(sys.argv[1:])\nprint('SECONDS', time.perf_counter() - t)\n"
-            "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(rc)")
+            "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+            "print('WORKER', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\nsys.exit(rc)")
     proc = subprocess.run([sys.executable, "-c", code, "predict", str(checkpoint), str(corpus),
                            "--output", str(out), "--progress", "false"],
                           capture_output=True, text=True)
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit("predict failed")
-    values = dict(line.split() for line in proc.stdout.splitlines() if line.startswith(("SECONDS", "RSS")))
+    values = dict(line.split() for line in proc.stdout.splitlines() if line.startswith(("SECONDS", "RSS", "WORKER")))
     rows = sum(1 for _ in open(out, encoding="utf-8"))
-    return rows / float(values["SECONDS"]), int(values["RSS"]) / 1024
+    return rows / float(values["SECONDS"]), int(values["RSS"]) / 1024, int(values["WORKER"]) / 1024
 
 
 def main() -> None:
@@ -86,14 +87,14 @@ def main() -> None:
         work = Path(tmp)
         checkpoint = Path(args.checkpoint) if args.checkpoint else train_checkpoint(data, work)
         print(f"checkpoint {checkpoint}; {os.cpu_count()} cores", flush=True)
-        print(f"{'rows':>8}{'predict sent/s':>16}{'jieba sent/s':>14}{'ratio':>8}{'peak RSS MB':>13}",
+        print(f"{'rows':>8}{'predict sent/s':>16}{'jieba sent/s':>14}{'ratio':>8}{'peak RSS MB':>13}{'worker MB':>11}",
               flush=True)
         for rows in args.rows:
             corpus = work / f"corpus-{rows}.csv"
             sentences = write_corpus(data, rows, corpus)
-            rate, rss = predict(checkpoint, corpus, work / f"out-{rows}.jsonl")
+            rate, rss, worker = predict(checkpoint, corpus, work / f"out-{rows}.jsonl")
             base = jieba_rate(sentences)
-            print(f"{rows:>8}{rate:>16.0f}{base:>14.0f}{rate / base:>8.2f}{rss:>13.0f}", flush=True)
+            print(f"{rows:>8}{rate:>16.0f}{base:>14.0f}{rate / base:>8.2f}{rss:>13.0f}{worker:>11.0f}", flush=True)
 
 
 if __name__ == "__main__":

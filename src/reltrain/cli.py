@@ -53,10 +53,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
     p.add_argument("--progress", choices=["auto", "true", "false"], default="auto",
-                   help="progress bar with sentences/s (auto: on a terminal)")
+                   help="progress bar with rows/s (auto: on a terminal)")
     p.add_argument("--workers", type=int, metavar="N",
-                   help="processes that tokenize while the model predicts (default: one per "
-                        "core, at most 8; 0: none)")
+                   help="worker processes that predict chunks of rows, on a GPU tokenize them "
+                        "(default: one per core, at most 8; 0: none)")
     p.add_argument("--chunk-rows", type=int, default=4096, metavar="N",
                    help="rows read, predicted and written at a time (default 4096)")
     p.add_argument("--devices", type=int, default=0, metavar="N",

@@ -30,6 +30,9 @@ class DataError(UserError):
         what = f" field '{field}':" if field else ""
         super().__init__(f"{where}:{what} {message}")
 
+    def __reduce__(self):  # bad rows travel to prediction worker processes
+        return DataError, (self.path, self.line, self.field, self.reason)
+
 
 class Preempted(Exception):
     """The run stopped on a signal (SIGTERM, SIGINT); ``checkpoint`` holds the state to resume

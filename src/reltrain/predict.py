@@ -110,15 +110,18 @@ class Predictor:
         """One result per item, in order: a ``Record`` gives its prediction, an
         ``EntitySentence`` a ``{"text", "entities", "pairs": [...]}`` object; all pairs of all
         items are predicted in the same batches."""
-        flat = flatten(items)
-        return self.regroup(items, iter(self.probabilities(flat, batch_size) if flat else []), top_k)
+        groups = expand(items)
+        flat = [rec for _, records in groups for rec in records]
+        probs = self.probabilities(flat, batch_size) if flat else []
+        return self.regroup(groups, iter(probs), top_k)
 
-    def regroup(self, items: list, probs: Iterator[np.ndarray], top_k: int) -> list[dict]:
-        """The results of ``items`` from the probabilities of ``flatten(items)``, in order."""
+    def regroup(self, groups: list[tuple[object, list[Record]]], probs: Iterator[np.ndarray],
+                top_k: int) -> list[dict]:
+        """The results of ``expand(items)`` from the probabilities of its records, in order."""
         out = []
-        for item in items:
+        for item, records in groups:
             if isinstance(item, EntitySentence):
-                pairs = [self._result(rec, next(probs), top_k) for rec in item.pairs()]
+                pairs = [self._result(rec, next(probs), top_k) for rec in records]
                 out.append({"text": item.text,
                             "entities": [{"name": e.name, "pos": [e.start, e.end]} for e in item.entities],
                             "pairs": [{k: v for k, v in p.items() if k != "text"} for p in pairs]})
@@ -143,10 +146,10 @@ class Predictor:
         return out
 
 
-def flatten(items: list) -> list[Record]:
-    """The records to predict for ``items``: a record itself, every pair of an EntitySentence."""
-    return [rec for item in items for rec in (item.pairs() if isinstance(item, EntitySentence)
-                                              else [item])]
+def expand(items: list) -> list[tuple[object, list[Record]]]:
+    """Each item with the records to predict for it: a record itself, every pair of an
+    EntitySentence."""
+    return [(item, item.pairs() if isinstance(item, EntitySentence) else [item]) for item in items]
 
 
 def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
@@ -191,8 +194,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     any size. With ``skip_bad_rows`` a bad row gives ``{"line": N, "error": "..."}`` in its
     place, so the output stays aligned with the input. ``--output`` is written to a temporary
     file beside it and renamed into place at the end: an error leaves no half-written file.
-    ``workers`` processes tokenize the chunks while the model predicts (default: one per core,
-    at most 8; 0: tokenize in this process).
+    ``workers`` forked processes predict whole chunks on a CPU (tokenize them on a GPU) while
+    this one reads and writes (default: one per core, at most 8; 0: all in this process).
     """
     from reltrain.config import DistConfig
     from reltrain.logs import progress_enabled
@@ -209,21 +212,25 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
             record = make_record(text, head, tail, head_offset, tail_offset)
             chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], top_k)]])
         else:
-            mine = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows,
-                                     progress_enabled(progress, ctx.is_main), workers,
+            mine = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows, workers,
                                      shard=(ctx.rank, ctx.world_size))
             chunks = _gathered_in_order(mine, ctx)
         if not ctx.is_main:
             for _ in chunks:  # joins every round of the gather
                 pass
             return 0
+        from tqdm.auto import tqdm
+
         written, bad = 0, 0
-        with output_stream(output) as out:
+        # The bar counts what is written, so under torchrun it covers every rank's rows.
+        with output_stream(output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
+                                                disable=not progress_enabled(progress, True)) as bar:
             for lines in chunks:
                 out.write("".join(line + "\n" for line in lines))
                 out.flush()
                 written += len(lines)
                 bad += sum(line.startswith('{"line": ') for line in lines)
+                bar.update(len(lines))
         if bad:
             log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
                         "its place", bad, data)
@@ -262,19 +269,16 @@ def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterato
 
 
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
-                      chunk_rows: int, progress: bool, workers: int | None = None,
-                      shard: tuple[int, int] = (0, 1)):
+                      chunk_rows: int, workers: int | None = None,
+                      shard: tuple[int, int] = (0, 1)) -> Iterator[list[str]]:
     """The output lines of ``path``, a chunk of input rows at a time, in input order; with
     ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row)."""
-    from contextlib import closing
-    from dataclasses import asdict
+    from functools import partial
     from itertools import islice
-
-    from tqdm.auto import tqdm
 
     from reltrain.data.readers import iter_records
     from reltrain.errors import DataError
-    from reltrain.inference import encoding
+    from reltrain.inference import pool
 
     rows = iter_records(path, None, require_relation=False, entity_lists=True)
 
@@ -282,25 +286,47 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
         index = 0
         while chunk := list(islice(rows, chunk_rows)):
             if index % shard[1] == shard[0]:
-                yield chunk, flatten([item for _, item in chunk if not isinstance(item, DataError)])
+                if not skip_bad_rows:
+                    for _, item in chunk:
+                        if isinstance(item, DataError):
+                            raise item
+                yield chunk
             index += 1
 
-    workers = encoding.default_workers() if workers is None else workers
-    if workers > 0 and encoding.usable(predictor.identity):
-        encoded = encoding.encode_in_workers(chunks(), workers, asdict(predictor.config.data),
-                                             predictor.identity, predictor.label_index)
+    if workers is None:
+        workers = pool.default_workers()
+    lines = partial(_chunk_lines, top_k=top_k)
+    how = pool.mode(predictor, workers)
+    if how == "predict":
+        yield from pool.ordered_map(lines, chunks(), predictor, workers)
+    elif how == "encode":
+        for chunk, split in pool.ordered_map(_encode_chunk, chunks(), predictor, workers):
+            yield lines(predictor, chunk, split=split)
     else:
-        encoded = ((chunk, predictor.encode(flat) if flat else None) for chunk, flat in chunks())
-    # closing(): a worker pool is shut down here, on an error too, not at interpreter exit.
-    with closing(encoded), tqdm(desc="predict", unit="sent", disable=not progress,
-                                dynamic_ncols=True) as bar:
-        for chunk, split in encoded:
-            errors = [item for _, item in chunk if isinstance(item, DataError)]
-            if errors and not skip_bad_rows:
-                raise errors[0]
-            items = [item for _, item in chunk if not isinstance(item, DataError)]
-            probs = iter(predictor.split_probabilities(split) if split is not None else [])
-            results = iter(predictor.regroup(items, probs, top_k))
-            yield [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
-                              else next(results), ensure_ascii=False) for line, item in chunk]
-            bar.update(len(chunk))
+        for chunk in chunks():
+            yield lines(predictor, chunk)
+
+
+def _chunk_records(chunk: list) -> tuple[list, list[Record]]:
+    from reltrain.errors import DataError
+
+    groups = expand([item for _, item in chunk if not isinstance(item, DataError)])
+    return groups, [rec for _, records in groups for rec in records]
+
+
+def _encode_chunk(predictor: Predictor, chunk: list):
+    _, flat = _chunk_records(chunk)
+    return chunk, predictor.encode(flat) if flat else None
+
+
+def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, split=None) -> list[str]:
+    """The output lines of a chunk of ``(line number, record or DataError)``."""
+    from reltrain.errors import DataError
+
+    groups, flat = _chunk_records(chunk)
+    if split is None and flat:
+        split = predictor.encode(flat)
+    probs = predictor.split_probabilities(split) if flat else []
+    results = iter(predictor.regroup(groups, iter(probs), top_k))
+    return [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
+                       else next(results), ensure_ascii=False) for line, item in chunk]

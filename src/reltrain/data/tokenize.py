@@ -7,13 +7,12 @@ token never straddles an entity edge and token spans follow exactly from charact
 
 from __future__ import annotations
 
-import logging
 import re
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Callable
 
 from reltrain.data.schema import Record
+from reltrain.data.segment import jieba_words
 
 Piece = tuple[str, int, int]  # token, start char, end char (exclusive)
 
@@ -36,18 +35,13 @@ def _char_pieces(text: str) -> list[Piece]:
     return [(c, i, i + 1) for i, c in enumerate(text) if not c.isspace()]
 
 
-@lru_cache(maxsize=1)
-def _jieba():
-    """jieba, imported and quietened once: it takes a second and logs on first use, and
-    setLogLevel on every call cost a quarter of prediction time (logging clears its caches)."""
-    import jieba
-
-    jieba.setLogLevel(logging.WARNING)
-    return jieba
-
-
 def _jieba_pieces(text: str) -> list[Piece]:
-    return [(w, s, e) for w, s, e in _jieba().tokenize(text) if w.strip()]
+    out, pos = [], 0
+    for word in jieba_words(text):  # the words cover the text, in order
+        if word.strip():
+            out.append((word, pos, pos + len(word)))
+        pos += len(word)
+    return out
 
 
 _KINDS: dict[str, Callable[[str], list[Piece]]] = {
@@ -68,6 +62,12 @@ class Tokenizer:
         if kind == "auto":
             kind = "jieba" if data_cfg.language == "zh" else "word"
         return cls(kind, lowercase=data_cfg.lowercase and data_cfg.language == "en")
+
+    def load(self) -> None:
+        """Load what the first sentence would (jieba's dictionary, a second), e.g. before
+        forking workers that then share it."""
+        if self.kind == "jieba":
+            jieba_words("")
 
     def pieces(self, text: str, cuts: set[int]) -> list[Piece]:
         """Tokens of ``text``, never crossing a character position in ``cuts``."""

@@ -1,0 +1,110 @@
+"""jieba's words (accurate mode, HMM on), the same tokens at about 2.5x jieba's speed.
+
+jieba's accurate mode finds the most probable path through its dictionary (the slow part, pure
+Python), then hands each run of unknown single characters to its HMM. ``rjieba`` (jieba-rs)
+walks the same dictionary in Rust and, with its HMM off, gives exactly jieba's HMM-off words;
+its HMM differs from jieba's on about 3% of sentences, so we never use it. Here the path comes
+from rjieba and the runs go to jieba's own HMM, following ``jieba.Tokenizer.__cut_DAG``: the
+words are jieba's, which the models were trained with. Where the path cannot be read back from
+rjieba's words (a letters-and-digits word that is also in the dictionary) the block goes to
+jieba itself. Without rjieba, or with words added to jieba's dictionary, everything does.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import lru_cache
+
+# jieba's HMM-off mode glues runs of single letters and digits into one word: such a word stands
+# for one-character steps of the path unless the dictionary holds it.
+_GLUED = re.compile(r"[a-zA-Z0-9]+\Z")
+
+
+@lru_cache(maxsize=1)
+def _jieba():
+    """jieba, imported, quietened and loaded once: it takes a second and logs on first use, and
+    setLogLevel on every call cost a quarter of prediction time (logging clears its caches)."""
+    import jieba
+
+    jieba.setLogLevel(logging.WARNING)
+    jieba.initialize()
+    return jieba
+
+
+@lru_cache(maxsize=1)
+def _rjieba():
+    """rjieba and the size of jieba's dictionary as loaded, or None without rjieba."""
+    try:
+        import rjieba
+    except ImportError:
+        return None
+    return rjieba, len(_jieba().dt.FREQ)
+
+
+def _fast():
+    """rjieba while jieba has its own dictionary; a custom one or added words, which rjieba would
+    not know, send every sentence to jieba."""
+    jieba, loaded = _jieba(), _rjieba()
+    if loaded is None or jieba.dt.dictionary != jieba.DEFAULT_DICT or len(jieba.dt.FREQ) != loaded[1]:
+        return None
+    return loaded[0]
+
+
+def jieba_words(text: str) -> list[str]:
+    """``jieba.lcut(text)``, faster."""
+    jieba = _jieba()
+    fast = _fast()
+    if fast is None:
+        return jieba.lcut(text)
+    freq, han, skip = jieba.dt.FREQ, jieba.re_han_default, jieba.re_skip_default
+    out: list[str] = []
+    for block in han.split(text):
+        if not block:
+            continue
+        if han.match(block):
+            words = _block_words(block, fast, freq)
+            out.extend(words if words is not None else jieba.dt.cut(block))
+        else:  # jieba.Tokenizer.cut's handling of what is not a word block
+            for part in skip.split(block):
+                if skip.match(part):
+                    out.append(part)
+                else:
+                    out.extend(part)
+    return out
+
+
+def _block_words(block: str, fast, freq: dict) -> list[str] | None:
+    steps: list[str] = []
+    for word in fast.cut(block, False):
+        if len(word) > 1 and _GLUED.match(word):
+            if freq.get(word):
+                return None  # a dictionary word or glued single steps: ambiguous
+            steps.extend(word)
+        else:
+            steps.append(word)
+    out: list[str] = []
+    run = ""
+    for word in steps:
+        if len(word) == 1:
+            run += word
+            continue
+        if run:
+            _flush(run, out, freq)
+            run = ""
+        out.append(word)
+    if run:
+        _flush(run, out, freq)
+    return out
+
+
+def _flush(run: str, out: list[str], freq: dict) -> None:
+    """A run of one-character steps, as jieba's accurate mode treats it."""
+    from jieba import finalseg
+
+    if len(run) == 1:
+        out.append(run)
+    elif not freq.get(run):
+        out.extend(finalseg.cut(run))
+    else:
+        out.extend(run)

@@ -1,0 +1,75 @@
+"""The fast jieba path gives jieba's own words, or it would change what trained models see."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import SHARED_DATA
+from reltrain.data import segment
+from reltrain.data.schema import Entity, Record
+from reltrain.data.tokenize import Tokenizer
+
+pytest.importorskip("rjieba")
+
+jieba = segment._jieba()
+
+
+def deepke_rows() -> list[dict]:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is not here")
+    rows = []
+    for name in ("train", "valid", "test"):
+        with open(SHARED_DATA / f"{name}.csv", encoding="utf-8", newline="") as f:
+            rows += list(csv.DictReader(f))
+    return rows
+
+
+def test_fast_path_is_on():
+    assert segment._fast() is not None
+
+
+def test_every_deepke_sentence_and_entity_piece_as_jieba_cuts_it():
+    for row in deepke_rows():
+        text = row["sentence"]
+        h, t = int(row["head_offset"]), int(row["tail_offset"])
+        bounds = sorted({0, len(text), h, h + len(row["head"]), t, t + len(row["tail"])})
+        for piece in [text] + [text[a:b] for a, b in zip(bounds, bounds[1:])]:
+            assert segment.jieba_words(piece) == jieba.lcut(piece), piece
+
+
+def test_token_offsets_as_jieba_tokenize_gives_them():
+    row = deepke_rows()[0]
+    h, t = int(row["head_offset"]), int(row["tail_offset"])
+    rec = Record(text=row["sentence"], head=Entity(row["head"], h, h + len(row["head"])),
+                 tail=Entity(row["tail"], t, t + len(row["tail"])), relation=None,
+                 source="test")
+    cuts = {h, h + len(row["head"]), t, t + len(row["tail"])}
+    bounds = sorted({0, len(rec.text), *cuts})
+    expected = [(w, a + s, a + e) for a, b in zip(bounds, bounds[1:])
+                for w, s, e in jieba.tokenize(rec.text[a:b]) if w.strip()]
+    assert Tokenizer("jieba").pieces(rec.text, cuts) == expected
+
+
+# Common characters, letters, digits, full-width forms, punctuation and spaces: the places where
+# jieba's blocks, glued letters and HMM runs meet.
+ALPHABET = "的一是在不了有和人这中大为上个国我以要他时来用们生到作地于出就分对成会可主发年动同工也能下过子说产种面而方后多定行学法所民得经十三之进着等部度家电力里如水化高自二理起小物现实加量都两体制机当使点从业本去把性好应开它合还因由其些然前外天政四日那社义事平形相全表间样与关各重新线内数正心反你明看原又么利比或但质气第向道命此变条只没结解问意建月公无系军很情者最立代想已通并提直题党程展五果料象员革位入常文总次品式活设及管特件长求老头基资边流路级少图山统接知较将组见计别她手角期根论运农指几九区强放决西被干做必战先回则任取据处理府研质 ABCxyz0123456789ＡＢ１２.,-_%#&+。，、；：？！“”（）《》 \t"
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=ALPHABET, max_size=60))
+def test_any_mix_of_characters_as_jieba_cuts_it(text):
+    assert segment.jieba_words(text) == jieba.lcut(text)
+
+
+def test_added_words_send_sentences_to_jieba(monkeypatch):
+    monkeypatch.setattr(jieba.dt, "FREQ", dict(jieba.dt.FREQ))
+    monkeypatch.setattr(jieba.dt, "total", jieba.dt.total)
+    jieba.add_word("抗清英雄黄")  # rjieba does not know it
+    text = "明朝末年抗清英雄黄得功"
+    assert segment._fast() is None
+    assert segment.jieba_words(text) == jieba.lcut(text)
+    assert "抗清英雄黄" in segment.jieba_words(text)
