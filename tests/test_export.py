@@ -78,3 +78,53 @@ def test_export_refuses_a_non_empty_folder_and_a_damaged_one_is_one_line(exporte
     (broken / "model.safetensors").write_bytes(b"garbage")
     line = user_error(run_cli("predict", str(broken), "--text", "a b", "--head", "a", "--tail", "b"))
     assert "incomplete or damaged export" in line
+
+
+@pytest.fixture(scope="module")
+def onnx_folders(exported, tmp_path_factory) -> dict:
+    pytest.importorskip("onnxruntime")
+    out = {}
+    for name in ENCODERS:
+        folder = tmp_path_factory.mktemp(f"{name}-onnx") / "model"
+        assert main(["export", str(exported[name][0]), str(folder), "--format", "onnx"]) == 0
+        out[name] = folder
+    return out
+
+
+@pytest.mark.parametrize("name", ENCODERS)
+def test_onnx_gives_pytorchs_probabilities_short_long_and_mixed(onnx_folders, small_en, name):
+    folder = onnx_folders[name]
+    assert (folder / "model.onnx").is_file() and (folder / "model.safetensors").is_file()
+    records = read_records(small_en["test"]).records
+    by_length = sorted(records, key=lambda r: len(r.text))
+    torch_model, onnx_model = reltrain.load(folder), reltrain.load(folder, runtime="onnx")
+    for batch in ([by_length[0]], [by_length[-1]], by_length[:3] + by_length[-3:], records):
+        np.testing.assert_allclose(onnx_model.probabilities(batch),
+                                   torch_model.probabilities(batch), rtol=0, atol=1e-4)
+
+
+def test_predict_with_onnx_in_worker_processes_matches_pytorch(onnx_folders, small_en, tmp_path):
+    folder = onnx_folders["cnn"]
+    runs = {"torch": ["--workers", "0"], "onnx": ["--runtime", "onnx", "--workers", "2",
+                                                  "--chunk-rows", "7"]}
+    for runtime, extra in runs.items():
+        result = run_cli("predict", str(folder), small_en["test"], "--output",
+                         str(tmp_path / f"{runtime}.jsonl"), *extra)
+        assert result.returncode == 0, result.stderr
+    a, b = read_jsonl(tmp_path / "torch.jsonl"), read_jsonl(tmp_path / "onnx.jsonl")
+    assert len(a) == len(b) == len(read_records(small_en["test"]).records)
+    for x, y in zip(a, b):
+        assert (x["text"], x["head"], x["tail"]) == (y["text"], y["head"], y["tail"])
+        assert x["score"] == pytest.approx(y["score"], abs=1e-4)
+        assert x["relation"] == y["relation"] or abs(x["top_k"][0]["score"] - x["top_k"][1]["score"]) < 1e-4
+
+
+def test_onnx_runtime_errors_say_what_to_do(onnx_folders, exported, tmp_path):
+    checkpoint, plain = exported["cnn"]
+    ask = ("--text", "a b", "--head", "a", "--tail", "b", "--runtime", "onnx")
+    assert "--format onnx" in user_error(run_cli("predict", str(plain), *ask))
+    assert "is a checkpoint" in user_error(run_cli("predict", str(checkpoint), *ask))
+    broken = tmp_path / "broken"
+    shutil.copytree(onnx_folders["cnn"], broken)
+    (broken / "model.onnx").write_bytes(b"not a graph")
+    assert "onnxruntime cannot load it" in user_error(run_cli("predict", str(broken), *ask))

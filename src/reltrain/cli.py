@@ -68,13 +68,15 @@ def _parser() -> argparse.ArgumentParser:
                                    "(id2label), the vocabulary or tokenizer files, README.md.")
     p.add_argument("checkpoint")
     p.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
-    p.add_argument("--format", choices=["safetensors"], default="safetensors",
-                   help="safetensors (ONNX is planned)")
+    p.add_argument("--format", choices=["safetensors", "onnx"], default="safetensors",
+                   help="onnx: also model.onnx, for --runtime onnx (needs reltrain[onnx])")
     return parser
 
 
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
+    p.add_argument("--runtime", choices=["torch", "onnx"], default="torch",
+                   help="onnx: run an exported folder's model.onnx with onnxruntime")
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="go on past invalid rows (predict: a {\"line\", \"error\"} line in their place)")
 
@@ -148,13 +150,13 @@ def _dispatch(args) -> int:
     elif args.command == "export":
         from reltrain.inference.export import export_model
 
-        out = export_model(args.checkpoint, args.out_dir)
+        out = export_model(args.checkpoint, args.out_dir, args.format)
         print(f"exported {args.checkpoint} to {out}", flush=True)
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 
         run_evaluate(args.checkpoint, args.data, args.output, args.device,
-                     skip_bad_rows=args.skip_bad_rows)
+                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime)
     else:
         from reltrain.predict import run_predict
 
@@ -174,5 +176,6 @@ def _dispatch(args) -> int:
             return run_local_workers(args.devices, args.argv)  # the workers see the launcher
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
                     args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
-                    args.progress, chunk_rows=args.chunk_rows, workers=args.workers)
+                    args.progress, chunk_rows=args.chunk_rows, workers=args.workers,
+                    runtime=args.runtime)
     return 0

@@ -13,7 +13,7 @@ from reltrain.training.evaluation import evaluate
 
 
 def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
-                 batch_size: int = 256, skip_bad_rows: bool = False) -> dict:
+                 batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch") -> dict:
     """Score ``checkpoint`` on ``data`` and print the metrics as JSON (same keys as summary.json).
 
         reltrain evaluate runs/x/checkpoints/best.pt test.csv
@@ -22,7 +22,7 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
     check_output(output, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx)
+        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx, runtime=runtime)
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
         metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
                               predictor.labels, ctx)

@@ -42,25 +42,32 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
-                        ctx: D.DistContext | None = None) -> "Predictor":
+                        ctx: D.DistContext | None = None, runtime: str = "torch") -> "Predictor":
         """``path``: a checkpoint or an exported folder. ``ctx``: the distributed context when
-        every rank predicts a share (evaluate)."""
+        every rank predicts a share (evaluate). ``runtime="onnx"``: run the folder's
+        ``model.onnx`` with onnxruntime."""
         if ctx is None:
             ctx = D.DistContext(device=device if isinstance(device, torch.device)
                                 else D.resolve_device(device))
         from reltrain.inference.export import is_exported, read_exported
 
-        payload = read_exported(path) if is_exported(path) else load_checkpoint(path, map_location="cpu")
+        if runtime not in ("torch", "onnx"):
+            raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
+        exported = is_exported(path)
+        payload = read_exported(path) if exported else load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
         labels = list(payload["labels"])
         encoder, _, _ = identity_encoder(payload, config.data)
-        model = build_model(config.model, encoder.size, len(labels), config.data.pos_limit,
-                            hf_config=payload.get("hf_config"), added_tokens=encoder.added_tokens)
-        try:
-            model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
-        except RuntimeError as exc:
-            raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
-                            f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
+        if runtime == "onnx":
+            model = _onnx_model(Path(path), exported, ctx.device)
+        else:
+            model = build_model(config.model, encoder.size, len(labels), config.data.pos_limit,
+                                hf_config=payload.get("hf_config"), added_tokens=encoder.added_tokens)
+            try:
+                model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
+            except RuntimeError as exc:
+                raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
+                                f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
         predictor = cls(model.to(ctx.device), config, labels, encoder, ctx)
         predictor.identity = {"vocab": payload.get("vocab"), "lm": payload.get("lm")}
         return predictor
@@ -146,6 +153,17 @@ class Predictor:
         return out
 
 
+def _onnx_model(path: Path, exported: bool, device: torch.device):
+    from reltrain.inference.onnx import ONNX_FILE, OnnxModel
+
+    if not exported or not (path / ONNX_FILE).is_file():
+        raise UserError(f"--runtime onnx needs a folder with {ONNX_FILE}: reltrain export "
+                        f"CHECKPOINT OUT_DIR --format onnx" + ("" if exported else f" ({path} is a checkpoint)"))
+    model = OnnxModel(path / ONNX_FILE, device)
+    model.check()
+    return model
+
+
 def expand(items: list) -> list[tuple[object, list[Record]]]:
     """Each item with the records to predict for it: a record itself, every pair of an
     EntitySentence."""
@@ -182,7 +200,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None, top_k: int = 3,
                 device: str = "cpu", skip_bad_rows: bool = False, progress: str = "auto",
-                chunk_rows: int = 4096, workers: int | None = None) -> int:
+                chunk_rows: int = 4096, workers: int | None = None, runtime: str = "torch") -> int:
     """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
     Returns the number of lines written.
 
@@ -205,7 +223,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     try:
         # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
         # rank 0 writes them in input order: the same bytes as one process.
-        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device)
+        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=runtime)
         if data is None:
             if text is None or head is None or tail is None:
                 raise UserError("give a DATA file, or --text with --head and --tail")

@@ -25,14 +25,22 @@ VERSION = 1
 WEIGHTS = "model.safetensors"
 
 
-def export_model(checkpoint: str | Path, out_dir: str | Path) -> Path:
-    """Write the exported folder for ``checkpoint`` (a ``.pt`` file) into ``out_dir``."""
+def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
+    """Write the exported folder for ``checkpoint`` (a ``.pt`` file) into ``out_dir``;
+    ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch before it is kept."""
     from safetensors.torch import save_file
 
     from reltrain import __version__
     from reltrain.training.checkpoint import load_checkpoint
     from reltrain.training.distributed import strip_wrapper_prefixes
 
+    if fmt not in ("safetensors", "onnx"):
+        raise UserError(f"--format must be safetensors or onnx, not '{fmt}'")
+    if fmt == "onnx":
+        from reltrain.inference.onnx import _require
+
+        _require("onnx")
+        _require("onnxruntime")
     payload = load_checkpoint(checkpoint)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
@@ -53,9 +61,39 @@ def export_model(checkpoint: str | Path, out_dir: str | Path) -> Path:
         (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False),
                                          encoding="utf-8")
         (out / "README.md").write_text(model_card(config, summary, out), encoding="utf-8")
+        if fmt == "onnx":
+            _add_onnx(out)
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
     return out
+
+
+def _add_onnx(out: Path) -> None:
+    """``model.onnx`` beside the weights, kept only if onnxruntime gives PyTorch's logits on a
+    short and a long sentence in one batch."""
+    import numpy as np
+    import torch
+
+    from reltrain.data.schema import Entity, Record
+    from reltrain.inference.onnx import ONNX_FILE, OnnxModel, export_onnx
+    from reltrain.predict import Predictor
+
+    predictor = Predictor.from_checkpoint(out)
+    words = "ab cd ef gh ij kl mn op qr st uv wx yz".split()
+    records = [Record(text=" ".join(words[:n]), head=Entity(words[0], 0, 2),
+                      tail=Entity(words[2], 6, 8), relation=None, source="export check")
+               for n in (3, len(words))]
+    batch = predictor.dataset(records).__getitems__([0, 1])
+    inputs = batch.inputs()
+    export_onnx(predictor.model, inputs, out / ONNX_FILE, predictor.config.model.name)
+    with torch.no_grad():
+        expected = predictor.model(**inputs).float().numpy()
+    got = OnnxModel(out / ONNX_FILE, predictor.device)(**inputs).numpy()
+    if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
+        (out / ONNX_FILE).unlink()
+        raise UserError(f"the ONNX graph of this {predictor.config.model.name} model does not give "
+                        f"PyTorch's outputs (max difference {np.abs(got - expected).max():.2g}); "
+                        "model.onnx not written")
 
 
 def _run_summary(checkpoint: Path) -> dict:

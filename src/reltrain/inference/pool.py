@@ -36,6 +36,9 @@ def _start_worker() -> None:
     import torch
 
     torch.set_num_threads(1)  # one process per core does the parallel work
+    single = getattr(_PREDICTOR.model, "single_threaded", None)
+    if single:  # an onnxruntime session: its thread pool did not come through fork
+        single()
 
 
 def _call(fn: Callable, item):

@@ -1,0 +1,134 @@
+"""ONNX: ``reltrain export --format onnx`` writes ``model.onnx``; ``--runtime onnx`` runs it with
+onnxruntime (the ``[onnx]`` extra).
+
+The graph takes the tensors the PyTorch model takes (token ids, entity positions, mask, spans;
+batch and length dynamic) and returns the logits, so everything after the model (softmax, the
+gathering of predictions) is the same code for both runtimes. The BiLSTM packs its padded
+sequences, which torch.export cannot trace; it goes through PyTorch's TorchScript exporter
+(ONNX's LSTM takes the lengths natively), every other encoder through the current one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+
+from reltrain.errors import UserError
+
+log = logging.getLogger(__name__)
+
+ONNX_FILE = "model.onnx"
+INPUTS = ("word", "pos_head", "pos_tail", "segment", "mask", "head", "tail")
+OPSET = 18
+
+
+class _Logits(nn.Module):
+    """The model with positional inputs in ``INPUTS`` order, as the exporters want them."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, word, pos_head, pos_tail, segment, mask, head, tail):
+        return self.model(word=word, pos_head=pos_head, pos_tail=pos_tail, segment=segment,
+                          mask=mask, head=head, tail=tail).float()
+
+
+def _require(module: str) -> None:
+    try:
+        __import__(module)
+    except ImportError:
+        raise UserError(f"ONNX needs the '{module}' package: pip install 'reltrain[onnx]'") from None
+
+
+def export_onnx(model: nn.Module, example: dict[str, torch.Tensor], path: Path, name: str) -> None:
+    """Write ``model`` (eval mode, on the CPU) as ONNX with dynamic batch and length axes.
+    ``example``: one batch of inputs, at least two examples long."""
+    _require("onnx")
+    wrapped = _Logits(model).eval()
+    args = tuple(example[k] for k in INPUTS)
+    quiet = io.StringIO()
+    # Both exporters print progress and warnings about their own internals (torchvision's
+    # operators missing, deprecations): nothing a user acts on.
+    torch_log = logging.getLogger("torch.onnx")
+    level = torch_log.level
+    torch_log.setLevel(logging.ERROR)
+    try:
+        with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), torch.no_grad():
+            warnings.simplefilter("ignore")
+            if name == "bilstm":
+                axes = {k: ({0: "batch"} if k in ("head", "tail") else {0: "batch", 1: "length"})
+                        for k in INPUTS}
+                torch.onnx.export(wrapped, args, str(path), input_names=list(INPUTS),
+                                  output_names=["logits"], dynamic_axes={**axes, "logits": {0: "batch"}},
+                                  opset_version=OPSET, dynamo=False)
+            else:
+                _require("onnxscript")
+                batch, length = torch.export.Dim("batch", min=1), torch.export.Dim("length", min=1)
+                shapes = {k: ({0: batch} if k in ("head", "tail") else {0: batch, 1: length})
+                          for k in INPUTS}
+                program = torch.onnx.export(wrapped, args, input_names=list(INPUTS),
+                                            output_names=["logits"], dynamic_shapes=shapes,
+                                            opset_version=OPSET, dynamo=True, verbose=False)
+                program.save(str(path), external_data=False)
+    finally:
+        torch_log.setLevel(level)
+
+
+class OnnxModel(nn.Module):
+    """An onnxruntime session standing in for the PyTorch model: same inputs, same logits.
+
+    The session opens on first use, in the process that uses it: onnxruntime's threads and locks
+    do not survive fork, and prediction workers are forked from a process that never runs it."""
+
+    def __init__(self, path: str | Path, device: torch.device, threads: int = 0):
+        super().__init__()
+        _require("onnxruntime")
+        import onnxruntime as ort
+
+        self.path, self.device, self.threads = str(path), device, threads
+        self.providers = ["CPUExecutionProvider"]
+        if device.type == "cuda":
+            if "CUDAExecutionProvider" not in ort.get_available_providers():
+                raise UserError("--runtime onnx on cuda needs onnxruntime-gpu; this onnxruntime "
+                                f"runs on {', '.join(ort.get_available_providers())}")
+            self.providers.insert(0, "CUDAExecutionProvider")
+        self._session = None
+        self._pid = 0
+
+    def single_threaded(self) -> None:
+        """One intra-op thread: each prediction worker process is one core's worth."""
+        self.threads, self._session = 1, None
+
+    @property
+    def session(self):
+        if self._session is None or self._pid != os.getpid():
+            import onnxruntime as ort
+
+            options = ort.SessionOptions()
+            options.intra_op_num_threads = self.threads or torch.get_num_threads()
+            options.log_severity_level = 3  # errors only
+            try:
+                self._session = ort.InferenceSession(self.path, options, providers=self.providers)
+            except Exception as exc:  # onnxruntime raises its own types for unreadable models
+                raise UserError(f"{self.path}: onnxruntime cannot load it ({str(exc)[:200]})") from None
+            self._pid = os.getpid()
+            self.inputs = [i.name for i in self._session.get_inputs()]
+        return self._session
+
+    def check(self) -> None:
+        """Open the session now, so a damaged file is an error before any work starts."""
+        self.session
+        self._session = None
+
+    def forward(self, **inputs: torch.Tensor) -> torch.Tensor:
+        session = self.session
+        feed = {k: inputs[k].cpu().numpy() for k in self.inputs}
+        return torch.from_numpy(session.run(None, feed)[0]).to(inputs["word"].device)
