@@ -70,13 +70,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
     p.add_argument("--format", choices=["safetensors", "onnx"], default="safetensors",
                    help="onnx: also model.onnx, for --runtime onnx (needs reltrain[onnx])")
+    p = sub.add_parser("serve", help="an HTTP JSON API with micro-batching (needs reltrain[serve])",
+                       description="POST /predict (one example or a list), GET /health, GET /model. "
+                                   "Concurrent requests are predicted in shared batches.")
+    p.add_argument("model", help="an exported folder or a .pt checkpoint")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
+                   "0.0.0.0 for every interface)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-batch", type=int, default=64, metavar="N",
+                   help="examples per model batch (default 64; 1: no micro-batching)")
+    p.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
+                   help="how long a batch waits for more requests (default 5)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="server processes, each with the model and the cores shared (default 1)")
+    p.add_argument("--top-k", type=int, default=3, help="alternatives per answer (a request may "
+                   "ask ?top_k=N)")
+    p.add_argument("--max-items", type=int, default=1024, metavar="N", help="examples per request")
+    p.add_argument("--max-text-chars", type=int, default=10_000, metavar="N",
+                   help="characters per text")
+    p.add_argument("--access-log", action="store_true", help="log every request")
+    _model_args(p)
     return parser
 
 
-def _common(p: argparse.ArgumentParser) -> None:
+def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="torch",
                    help="onnx: run an exported folder's model.onnx with onnxruntime")
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    _model_args(p)
     p.add_argument("--skip-bad-rows", action="store_true",
                    help="go on past invalid rows (predict: a {\"line\", \"error\"} line in their place)")
 
@@ -152,6 +176,17 @@ def _dispatch(args) -> int:
 
         out = export_model(args.checkpoint, args.out_dir, args.format)
         print(f"exported {args.checkpoint} to {out}", flush=True)
+    elif args.command == "serve":
+        from reltrain.inference.server import ServeOptions, serve
+
+        if min(args.max_batch, args.workers, args.top_k, args.max_items, args.max_text_chars) < 1:
+            raise UserError("--max-batch, --workers, --top-k, --max-items and --max-text-chars "
+                            "must be at least 1")
+        if args.max_wait_ms < 0 or not 0 <= args.port <= 65535:
+            raise UserError("--max-wait-ms must be >= 0 and --port from 0 to 65535")
+        serve(ServeOptions(args.model, args.device, args.runtime, args.max_batch, args.max_wait_ms,
+                           args.top_k, max_items=args.max_items, max_text_chars=args.max_text_chars),
+              args.host, args.port, args.workers, args.access_log)
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 

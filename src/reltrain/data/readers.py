@@ -235,6 +235,13 @@ def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Reco
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+    return json_record(obj, path, line, require_relation, entity_lists)
+
+
+def json_record(obj, path: str = "<input>", line: int | None = None, require_relation: bool = False,
+                entity_lists: bool = False) -> Record | EntitySentence:
+    """One example from a parsed JSON object: the JSONL shape (``text`` or ``token``, ``h``,
+    ``t``) or, with ``entity_lists``, ``{"text", "entities": [...]}``."""
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     if entity_lists and "entities" in obj:
@@ -257,6 +264,28 @@ def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Reco
     head = _json_entity(path, line, obj, "h", text, tokens)
     tail = _json_entity(path, line, obj, "t", text, tokens)
     return _finish(path, line, text, head, tail, relation, tokens)
+
+
+def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Record:
+    """``{"text", "head", "tail"}`` with entity strings and optional ``head_offset`` /
+    ``tail_offset`` (default: the first occurrence), as ``reltrain predict --text`` takes them."""
+    text = obj.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise DataError(path, line, "text", "expected a non-empty string")
+    ends = []
+    for role in ("head", "tail"):
+        name, offset = obj.get(role), obj.get(f"{role}_offset")
+        if not isinstance(name, str) or not name.strip():
+            raise DataError(path, line, role, "expected a non-empty string")
+        if offset is None:
+            offset = text.find(name)
+            if offset < 0:
+                raise DataError(path, line, role, f"'{name}' does not occur in the text")
+        elif not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise DataError(path, line, f"{role}_offset",
+                            f"expected a non-negative integer character offset, got {offset!r}")
+        ends.append(_entity(path, line, text, role, name, offset))
+    return _finish(path, line, text, ends[0], ends[1], _relation(path, line, obj.get("relation"), False))
 
 
 def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -> EntitySentence:
