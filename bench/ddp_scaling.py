@@ -18,36 +18,20 @@ says why one process with all the cores is the better use of a single CPU host).
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import json
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+from deepke_runs import DEFAULT_DATA, train_deepke
 
 
 def train(nproc: int, args, workdir: Path, repeat: int) -> dict:
-    data = Path(args.data).resolve()
     out = workdir / f"np{nproc}-{repeat}"
-    overrides = [f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
-                 f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
-                 "data.language=zh", f"data.cache_dir={workdir / 'cache'}",
-                 f"model.name={args.model}", f"train.epochs={args.epochs}",
-                 f"train.batch_size={args.batch_size}", "log.progress=false", "log.plots=false",
-                 f"output_dir={out}"]
-    launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable]
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    proc = subprocess.run([*launcher, "-m", "reltrain", "train", *overrides], env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"{nproc}-process run failed")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = train_deepke(args.data, out, workdir / "cache", nproc, args.threads, [
+        f"model.name={args.model}", f"train.epochs={args.epochs}",
+        f"train.batch_size={args.batch_size}"])
     epochs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {"nproc": nproc, "sent_per_s": summary["train_sent_per_s_median"],
             "epoch_rates": [e["train_sent_per_s"] for e in epochs[1:]],

@@ -15,16 +15,12 @@ per configuration the median over repeats and its ratio to the group's baseline.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+from deepke_runs import DEFAULT_DATA, train_deepke
 
 # (label, processes, threads per process, per-process batch, global batch)
 ACCUMULATION = [("1 x 64", 1, 2, 64, 64), ("1 x 32 x 2", 1, 2, 32, 64), ("1 x 16 x 4", 1, 2, 16, 64)]
@@ -33,23 +29,10 @@ DDP = [("1 process, global 64", 1, 2, 64, 64), ("2 x 32 x 1, global 64", 2, 1, 3
 
 
 def train(args, workdir: Path, name: str, nproc: int, threads: int, batch: int, global_batch: int) -> dict:
-    data = Path(args.data).resolve()
     out = workdir / name.replace(" ", "_").replace(",", "")
-    overrides = [f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
-                 f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
-                 "data.language=zh", f"data.cache_dir={workdir / 'cache'}", "model.name=cnn",
-                 f"train.epochs={args.epochs}", f"train.batch_size={batch}",
-                 f"train.global_batch_size={global_batch}", "log.progress=false",
-                 "log.plots=false", f"output_dir={out}", "resume=never"]
-    launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                 f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable])
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
-    proc = subprocess.run([*launcher, "-m", "reltrain", "train", *overrides], env=env,
-                          capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.stderr.write(proc.stderr[-4000:])
-        raise SystemExit(f"run '{name}' failed")
-    summary = json.loads((out / "summary.json").read_text())
+    summary = train_deepke(args.data, out, workdir / "cache", nproc, threads, [
+        "model.name=cnn", f"train.epochs={args.epochs}", f"train.batch_size={batch}",
+        f"train.global_batch_size={global_batch}", "resume=never"])
     return {"sent_per_s": summary["train_sent_per_s_median"], "macro_f1": summary["test"]["macro_f1"],
             "accum": summary["accum_steps"]}
 

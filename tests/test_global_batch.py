@@ -4,7 +4,6 @@ micro-batches trains the same model, and a run resumes on another number of proc
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest

@@ -57,7 +57,7 @@ class Predictor:
         payload = read_exported(path) if exported else load_checkpoint(path, map_location="cpu")
         config = config_from_dict(payload["config"])
         labels = list(payload["labels"])
-        encoder, _, _ = identity_encoder(payload, config.data)
+        encoder = identity_encoder(payload, config.data)
         if runtime == "onnx":
             model = _onnx_model(Path(path), exported, ctx.device)
         else:

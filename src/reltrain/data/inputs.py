@@ -30,14 +30,12 @@ def text_encoder(data_cfg, vocab: Vocab | None = None, lm=None) -> TextEncoder:
     return TextEncoder(Tokenizer.from_config(data_cfg), vocab.encode, len(vocab), 0, 0)
 
 
-def identity_encoder(identity: dict, data_cfg) -> tuple[TextEncoder, Vocab | None, object]:
-    """Rebuild the encoder from what a checkpoint stores (``vocab`` or ``lm``); also the parts."""
-    vocab, lm = None, None
+def identity_encoder(identity: dict, data_cfg) -> TextEncoder:
+    """Rebuild the encoder from what a checkpoint stores (``vocab`` or ``lm``)."""
     if identity.get("lm"):
         from reltrain.data.lm import LMTokenizer
 
         saved = identity["lm"]
-        lm = LMTokenizer.from_files(saved["files"], saved["types"], saved.get("added"))
-    else:
-        vocab = Vocab(identity["vocab"])
-    return text_encoder(data_cfg, vocab, lm), vocab, lm
+        return text_encoder(data_cfg, lm=LMTokenizer.from_files(saved["files"], saved["types"],
+                                                                 saved.get("added")))
+    return text_encoder(data_cfg, Vocab(identity["vocab"]))

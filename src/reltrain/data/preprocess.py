@@ -21,7 +21,7 @@ from reltrain.data.readers import labels_from_records, read_labels, read_records
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError, UserError
+from reltrain.errors import DataError
 
 log = logging.getLogger(__name__)
 
