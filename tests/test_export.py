@@ -128,3 +128,22 @@ def test_onnx_runtime_errors_say_what_to_do(onnx_folders, exported, tmp_path):
     shutil.copytree(onnx_folders["cnn"], broken)
     (broken / "model.onnx").write_bytes(b"not a graph")
     assert "onnxruntime cannot load it" in user_error(run_cli("predict", str(broken), *ask))
+
+
+def test_a_failed_onnx_export_leaves_the_folder_empty(exported, tmp_path, monkeypatch, capsys):
+    from reltrain.errors import UserError
+    from reltrain.inference import onnx
+
+    pytest.importorskip("onnxruntime")
+
+    def broken(*args, **kwargs):
+        raise UserError("the exporter failed")
+
+    monkeypatch.setattr(onnx, "export_onnx", broken)
+    out = tmp_path / "model"
+    assert main(["export", str(exported["cnn"][0]), str(out), "--format", "onnx"]) == 2
+    assert "the exporter failed" in capsys.readouterr().err
+    assert out.is_dir() and not any(out.iterdir())
+    monkeypatch.undo()
+    assert main(["export", str(exported["cnn"][0]), str(out), "--format", "onnx"]) == 0
+    assert "model.onnx" in (out / "README.md").read_text()

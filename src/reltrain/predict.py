@@ -294,57 +294,75 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     from functools import partial
     from itertools import islice
 
-    from reltrain.data.readers import iter_records
-    from reltrain.errors import DataError
+    from reltrain.data.readers import iter_rows
     from reltrain.inference import pool
 
-    rows = iter_records(path, None, require_relation=False, entity_lists=True)
+    # The rows are split here; parsing them (``build``) is part of a chunk's work, done by
+    # whichever process predicts or tokenizes it.
+    rows = iter_rows(path, require_relation=False, entity_lists=True)
 
     def chunks():
         index = 0
         while chunk := list(islice(rows, chunk_rows)):
             if index % shard[1] == shard[0]:
-                if not skip_bad_rows:
-                    for _, item in chunk:
-                        if isinstance(item, DataError):
-                            raise item
                 yield chunk
             index += 1
 
     if workers is None:
         workers = pool.default_workers()
-    lines = partial(_chunk_lines, top_k=top_k)
     how = pool.mode(predictor, workers)
     if how == "predict":
-        yield from pool.ordered_map(lines, chunks(), predictor, workers)
+        yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
+                                    chunks(), predictor, workers)
     elif how == "encode":
-        for chunk, split in pool.ordered_map(_encode_chunk, chunks(), predictor, workers):
-            yield lines(predictor, chunk, split=split)
+        encode = partial(_encode_chunk, skip_bad_rows=skip_bad_rows)
+        for parsed, split in pool.ordered_map(encode, chunks(), predictor, workers):
+            yield _lines(predictor, parsed, top_k, split)
     else:
         for chunk in chunks():
-            yield lines(predictor, chunk)
+            yield _chunk_lines(predictor, chunk, top_k, skip_bad_rows)
 
 
-def _chunk_records(chunk: list) -> tuple[list, list[Record]]:
+def _parsed(chunk: list, skip_bad_rows: bool) -> list:
+    """``(line, record or EntitySentence or DataError)`` for each ``(line, build)``."""
     from reltrain.errors import DataError
 
-    groups = expand([item for _, item in chunk if not isinstance(item, DataError)])
+    out = []
+    for line, build in chunk:
+        try:
+            out.append((line, build()))
+        except DataError as exc:
+            if not skip_bad_rows:
+                raise
+            out.append((line, exc))
+    return out
+
+
+def _chunk_records(parsed: list) -> tuple[list, list[Record]]:
+    from reltrain.errors import DataError
+
+    groups = expand([item for _, item in parsed if not isinstance(item, DataError)])
     return groups, [rec for _, records in groups for rec in records]
 
 
-def _encode_chunk(predictor: Predictor, chunk: list):
-    _, flat = _chunk_records(chunk)
-    return chunk, predictor.encode(flat) if flat else None
+def _encode_chunk(predictor: Predictor, chunk: list, skip_bad_rows: bool):
+    parsed = _parsed(chunk, skip_bad_rows)
+    _, flat = _chunk_records(parsed)
+    return parsed, predictor.encode(flat) if flat else None
 
 
-def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, split=None) -> list[str]:
+def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: bool) -> list[str]:
+    return _lines(predictor, _parsed(chunk, skip_bad_rows), top_k)
+
+
+def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> list[str]:
     """The output lines of a chunk of ``(line number, record or DataError)``."""
     from reltrain.errors import DataError
 
-    groups, flat = _chunk_records(chunk)
+    groups, flat = _chunk_records(parsed)
     if split is None and flat:
         split = predictor.encode(flat)
     probs = predictor.split_probabilities(split) if flat else []
     results = iter(predictor.regroup(groups, iter(probs), top_k))
     return [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
-                       else next(results), ensure_ascii=False) for line, item in chunk]
+                       else next(results), ensure_ascii=False) for line, item in parsed]

@@ -9,7 +9,8 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator
+from functools import partial
+from typing import Callable, Iterable, Iterator
 
 from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import DataError, UserError
@@ -96,15 +97,8 @@ def iter_records(path: str | Path, labels: list[str] | None = None, *,
     ``entity_lists``: JSONL rows may give ``"entities": [{"name", "pos"}, ...]`` instead of
     ``h`` and ``t`` (an ``EntitySentence``: every pair is asked about)."""
     path = str(path)
-    suffix = Path(path).suffix.lower()
-    if suffix == ".csv":
-        rows = _csv_rows(path, require_relation)
-    elif suffix in (".jsonl", ".json", ".txt"):
-        rows = _jsonl_rows(path, require_relation, entity_lists)
-    else:
-        raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
     known = set(labels) if labels is not None else None
-    for line, build in rows:
+    for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists):
         try:
             record = build()
             if known is not None and record.relation is not None and record.relation not in known:
@@ -115,6 +109,20 @@ def iter_records(path: str | Path, labels: list[str] | None = None, *,
             yield line, exc
             continue
         yield line, record
+
+
+def iter_rows(path: str | Path, *, require_relation: bool = True,
+              entity_lists: bool = False) -> Iterator[tuple[int, Callable[[], Record | EntitySentence]]]:
+    """(line, build) for each row: the file is split into rows here, and ``build()`` parses one
+    row into its record or raises its DataError. A build can be pickled, so another process
+    can do the parsing (prediction workers)."""
+    path = str(path)
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        return _csv_rows(path, require_relation)
+    if suffix in (".jsonl", ".json", ".txt"):
+        return _jsonl_rows(path, require_relation, entity_lists)
+    raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
 
 
 def _preview(labels: list[str], limit: int = 8) -> str:
@@ -154,14 +162,15 @@ def _csv_rows(path: str, require_relation: bool) -> Iterator:
         start, line = line, reader.line_num + 1
         if not values or all(not v.strip() for v in values):
             continue
-        yield start, lambda values=values, start=start: _csv_record(path, start, header, col,
-                                                                   values, require_relation)
+        yield start, partial(_csv_record, path, start, header, col, values, require_relation)
+
+
+def _raise(exc: Exception):
+    raise exc
 
 
 def _raiser(exc: Exception):
-    def build():
-        raise exc
-    return build
+    return partial(_raise, exc)
 
 
 def _csv_record(path, line, header, col, values, require_relation) -> Record:
@@ -226,8 +235,7 @@ def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False) -
     # strings may hold unescaped.
     for number, raw in enumerate(read_lines(path), start=1):
         if raw.strip():
-            yield number, lambda raw=raw, number=number: _jsonl_record(path, number, raw,
-                                                                       require_relation, entity_lists)
+            yield number, partial(_jsonl_record, path, number, raw, require_relation, entity_lists)
 
 
 def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Record | EntitySentence:

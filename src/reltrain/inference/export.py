@@ -28,11 +28,8 @@ WEIGHTS = "model.safetensors"
 def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
     """Write the exported folder for ``checkpoint`` (a ``.pt`` file) into ``out_dir``;
     ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch before it is kept."""
-    from safetensors.torch import save_file
-
     from reltrain import __version__
     from reltrain.training.checkpoint import load_checkpoint
-    from reltrain.training.distributed import strip_wrapper_prefixes
 
     if fmt not in ("safetensors", "onnx"):
         raise UserError(f"--format must be safetensors or onnx, not '{fmt}'")
@@ -46,6 +43,21 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safete
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder: choose a new OUT_DIR")
     try:
+        _write_folder(payload, Path(checkpoint), out, fmt, __version__)
+    except BaseException:  # no half-written folder for the next attempt to trip on
+        if out.is_dir():
+            for path in out.iterdir():
+                path.unlink()
+        raise
+    return out
+
+
+def _write_folder(payload: dict, checkpoint: Path, out: Path, fmt: str, version: str) -> None:
+    from safetensors.torch import save_file
+
+    from reltrain.training.distributed import strip_wrapper_prefixes
+
+    try:
         out.mkdir(parents=True, exist_ok=True)
         weights = {k: v.detach().clone().contiguous()
                    for k, v in strip_wrapper_prefixes(payload["model"]).items()}
@@ -56,16 +68,16 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safete
         else:
             (out / "vocab.json").write_text(json.dumps(payload["vocab"], ensure_ascii=False),
                                             encoding="utf-8")
-        summary = _run_summary(Path(checkpoint))
-        config = _config_json(payload, summary, __version__)
+        summary = _run_summary(checkpoint)
+        config = _config_json(payload, summary, version)
         (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False),
                                          encoding="utf-8")
-        (out / "README.md").write_text(model_card(config, summary, out), encoding="utf-8")
         if fmt == "onnx":
             _add_onnx(out)
+        (out / "README.md").write_text(model_card(config, summary, out, onnx=fmt == "onnx"),
+                                       encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
-    return out
 
 
 def _add_onnx(out: Path) -> None:
@@ -90,10 +102,9 @@ def _add_onnx(out: Path) -> None:
         expected = predictor.model(**inputs).float().numpy()
     got = OnnxModel(out / ONNX_FILE, predictor.device)(**inputs).numpy()
     if not np.allclose(got, expected, rtol=1e-4, atol=1e-4):
-        (out / ONNX_FILE).unlink()
         raise UserError(f"the ONNX graph of this {predictor.config.model.name} model does not give "
                         f"PyTorch's outputs (max difference {np.abs(got - expected).max():.2g}); "
-                        "model.onnx not written")
+                        "nothing exported")
 
 
 def _run_summary(checkpoint: Path) -> dict:
@@ -134,7 +145,7 @@ def _training_data(cfg: dict, payload: dict, summary: dict) -> dict:
                     "rows": rows.get(split)} for split in ("train", "valid", "test")}
 
 
-def model_card(config: dict, summary: dict, out: Path) -> str:
+def model_card(config: dict, summary: dict, out: Path, onnx: bool = False) -> str:
     """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
     prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
     best = config["metrics"]["best"] or {}
@@ -181,7 +192,8 @@ tail), it predicts which of {len(labels)} relations holds: {', '.join(labels)}.
 reltrain predict {out.name} --text "..." --head "..." --tail "..."
 reltrain predict {out.name} sentences.jsonl --output predictions.jsonl
 reltrain evaluate {out.name} test.csv
-```
+reltrain serve {out.name} --port 8000      # HTTP: POST /predict, GET /model (reltrain[serve])
+{f"reltrain predict {out.name} sentences.jsonl --runtime onnx   # onnxruntime (reltrain[onnx])" + chr(10) if onnx else ""}```
 
 ```python
 import reltrain
@@ -189,8 +201,8 @@ model = reltrain.load("{out.name}")
 model.predict_text("...", head="...", tail="...")
 ```
 
-Files: `model.safetensors` (weights), `config.json` (options, `id2label`), the vocabulary or
-tokenizer files; nothing in this folder is pickled.
+Files: `model.safetensors` (weights), {"`model.onnx` (the same model as an ONNX graph), " if onnx else ""}`config.json` (options,
+`id2label`), the vocabulary or tokenizer files; nothing in this folder is pickled.
 """
 
 

@@ -36,13 +36,19 @@ class CNNClassifier(nn.Module):
 
     def forward(self, word, pos_head, pos_tail, mask, segment=None, noise=None, head=None, tail=None):
         """``noise``: (B,) per-example dropout seeds (see models/dropout.py); None in eval."""
-        x = self.embed(word, pos_head, pos_tail).transpose(1, 2)  # (B, D, L)
-        h = torch.cat([self.act(conv(x)) for conv in self.convs], dim=1)  # (B, F*K, L)
-        if self.piecewise:
-            pieces = [masked_max(h, segment == k) for k in (1, 2, 3)]  # 3 x (B, F*K)
-            sent = torch.cat(pieces, dim=1)  # (B, 3*F*K)
-        else:
-            sent = masked_max(h, mask)  # (B, F*K)
+        # contiguous once: each convolution would copy the transposed view again.
+        x = self.embed(word, pos_head, pos_tail).transpose(1, 2).contiguous()  # (B, D, L)
+        masks = [segment == k for k in (1, 2, 3)] if self.piecewise else [mask]
+        # Each convolution is pooled as soon as it is computed: no (B, F*K, L) concatenation.
+        # Features stay in the order piece, kernel.
+        pooled = [[] for _ in masks]
+        for conv in self.convs:
+            h = self.act(conv(x))  # (B, F, L)
+            for features, keep in zip(pooled, masks):
+                # Without autograd (prediction) the one-piece pooling may overwrite h.
+                in_place = not torch.is_grad_enabled() and len(masks) == 1
+                features.append(masked_max(h, keep, in_place))  # (B, F)
+        sent = torch.cat([f for features in pooled for f in features], dim=1)  # (B, P*F*K)
         return self.classifier(self.dropout(sent, noise))  # (B, C)
 
 

@@ -28,9 +28,11 @@ class Embeddings(nn.Module):
         return torch.cat([self.word(word), self.pos_head(pos_head), self.pos_tail(pos_tail)], dim=-1)
 
 
-def masked_max(h: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """Max over L of ``h`` (B, H, L) where ``keep`` (B, L) is True; 0 where nothing is kept."""
-    filled = h.masked_fill(~keep[:, None, :], float("-inf"))
+def masked_max(h: torch.Tensor, keep: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+    """Max over L of ``h`` (B, H, L) where ``keep`` (B, L) is True; 0 where nothing is kept.
+    ``in_place``: overwrite ``h`` (saves a copy when nothing needs it after, nor its gradient)."""
+    fill = h.masked_fill_ if in_place else h.masked_fill
+    filled = fill(~keep[:, None, :], float("-inf"))
     pooled = filled.max(dim=2).values  # (B, H)
     return torch.where(keep.any(dim=1, keepdim=True), pooled, torch.zeros_like(pooled))
 
