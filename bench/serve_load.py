@@ -1,5 +1,6 @@
 """``reltrain serve`` under load: requests/s and latency with 1, 8 and 64 concurrent clients,
-micro-batching on (``--max-batch 64 --max-wait-ms 5``) against off (``--max-batch 1``).
+micro-batching on (``--max-batch 64``: what queued while the model was busy; and with
+``--max-wait-ms 5``) against off (``--max-batch 1``).
 
     python bench/serve_load.py                 # CNN trained on deepke-zh, 20 s per setting
     python bench/serve_load.py --model my-model --seconds 10
@@ -123,8 +124,8 @@ def main() -> None:
               f"{'mean batch':>12}", flush=True)
         for clients in args.clients:
             off = None
-            for name, extra in (("off", ["--max-batch", "1"]),
-                                ("on", ["--max-batch", "64", "--max-wait-ms", "5"])):
+            for name, extra in (("off", ["--max-batch", "1"]), ("on", ["--max-batch", "64"]),
+                                ("on+5ms", ["--max-batch", "64", "--max-wait-ms", "5"])):
                 proc, port = start_server(model, extra)
                 try:
                     load(port, bodies, clients, min(2.0, args.seconds))  # warm up

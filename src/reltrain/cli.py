@@ -79,8 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-batch", type=int, default=64, metavar="N",
                    help="examples per model batch (default 64; 1: no micro-batching)")
-    p.add_argument("--max-wait-ms", type=float, default=5.0, metavar="MS",
-                   help="how long a batch waits for more requests (default 5)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0, metavar="MS",
+                   help="how long a batch waits for more requests (default 0: it takes what "
+                        "queued while the model was busy)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
                    help="server processes, each with the model and the cores shared (default 1)")
     p.add_argument("--top-k", type=int, default=3, help="alternatives per answer (a request may "

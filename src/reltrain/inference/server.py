@@ -7,9 +7,10 @@
     GET  /health    {"status": "ok", ...} and counters
     GET  /model     labels, encoder, language, runtime, the metrics of the model card
 
-Requests that arrive together are predicted together: the batcher waits up to ``max_wait_ms``
-after the first one for more, up to ``max_batch`` examples (a request is never split), and runs
-the model in one thread off the event loop. Every bad request gets a 4xx JSON error
+Requests that arrive together are predicted together: when the model thread is free, the
+batcher takes every request that queued meanwhile, up to ``max_batch`` examples (a request is
+never split), optionally waiting ``max_wait_ms`` for more; one client alone never waits, many
+clients share batches because requests queue while a batch runs. Every bad request gets a 4xx JSON error
 ``{"error": ..., "field": ...}``; nothing a client sends can make a 500.
 """
 
@@ -35,7 +36,7 @@ class ServeOptions:
     device: str = "cpu"
     runtime: str = "torch"
     max_batch: int = 64
-    max_wait_ms: float = 5.0
+    max_wait_ms: float = 0.0
     top_k: int = 3
     max_body_bytes: int = 1_000_000
     max_items: int = 1024
