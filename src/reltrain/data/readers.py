@@ -140,7 +140,9 @@ def _csv_rows(path: str, require_relation: bool) -> Iterator:
     required = [c for c in CSV_COLUMNS if require_relation or c != "relation"]
     missing = [c for c in required if c not in header]
     if missing:
-        unknown = [h for h in header if h not in CSV_COLUMNS and h not in ("head_type", "tail_type")]
+        # A stray quote can swallow the whole file into one header field: shown escaped and cut.
+        unknown = [json.dumps(h, ensure_ascii=False)[1:-1][:60] for h in header
+                   if h not in CSV_COLUMNS and h not in ("head_type", "tail_type")]
         hint = f"; unexpected column(s): {', '.join(unknown)}" if unknown else ""
         raise DataError(path, 1, None, f"missing column(s) {', '.join(missing)}; expected "
                         f"{','.join(CSV_COLUMNS)}{hint}")
