@@ -133,7 +133,7 @@ def make_tiny_bert(folder: Path, internal_dropout: float = 0.1) -> str:
     BertTokenizerFast(str(folder / "vocab.txt")).save_pretrained(folder)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(dict.fromkeys(vocab)), hidden_size=32, num_hidden_layers=2,
-                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=64,
+                        num_attention_heads=2, intermediate_size=64, max_position_embeddings=256,
                         hidden_dropout_prob=internal_dropout,
                         attention_probs_dropout_prob=internal_dropout)
     BertModel(config).save_pretrained(folder)

@@ -140,6 +140,13 @@ def test_config_errors_and_help(capsys):
         assert key in text
 
 
+def test_yaml_booleans_in_word_options_mean_the_word():
+    from reltrain.config import load_config
+
+    cfg = load_config(None, ["train.amp=off", "log.progress=false", "log.tensorboard=true"])
+    assert (cfg.train.amp, cfg.log.progress, cfg.log.tensorboard) == ("off", "false", "true")
+
+
 def test_shipped_configs_load(tmp_path):
     from reltrain.config import load_config
 
@@ -320,3 +327,10 @@ def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
     assert pairs[0]["relation"] == single["relation"] == "born_in"
     assert abs(pairs[0]["score"] - single["score"]) < 1e-6
     assert first["pairs"][0]["score"] == pytest.approx(single["score"], abs=1e-6)
+
+
+def test_max_len_beyond_the_pretrained_positions_is_one_line(small_en, tiny_bert, capsys):
+    line = cli_error(capsys, "train", *data_overrides(small_en), "model.name=lm",
+                     f"model.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false",
+                     "log.plots=false")
+    assert "data.max_len=300 is more than the 256 positions" in line

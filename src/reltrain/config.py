@@ -202,6 +202,9 @@ def validate(cfg: Config) -> None:
     # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
     cfg.log.progress = str(cfg.log.progress).lower()
     cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
+    # ... and `off` as False: train.amp=off on the command line arrives as "False".
+    if str(t.amp).lower() in ("false", "off"):
+        t.amp = "off"
     _check(d.language in ("zh", "en"), f"data.language must be zh or en, not '{d.language}'")
     _check(d.tokenizer in ("auto", "jieba", "char", "word"),
            f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")

@@ -6,6 +6,7 @@ import json
 import logging
 import resource
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import Prepared, prepare_run, token_identity
-from reltrain.errors import Preempted
+from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
@@ -161,6 +162,10 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
 def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload: dict | None):
     model = build_model(cfg.model, encoder.size, len(prepared.labels), cfg.data.pos_limit,
                         added_tokens=encoder.added_tokens)
+    positions = (model_hf_config(model) or {}).get("max_position_embeddings")
+    if positions and cfg.data.max_len > positions:
+        raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
+                        f"of {cfg.model.pretrained}: set data.max_len={positions} or less")
     if payload:  # load into the plain model, then wrap
         model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
     elif cfg.model.word_vectors:
@@ -212,9 +217,11 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
         model.load_state_dict(trainer.best_weights)
     else:
         log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
+    start = time.perf_counter()
     metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
                              desc="test")
     summary["test"] = metrics
+    summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
     if ctx.is_main and cfg.log.plots:
         from reltrain.training.plots import plot_confusion
 
@@ -244,6 +251,9 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank
+        # torch's allocator on this rank's GPU (what the tensors held at most, not the cache)
+        "peak_gpu_mb": (torch.cuda.max_memory_allocated(ctx.device) / 2**20
+                        if ctx.device.type == "cuda" else None),
         "data": {"rows": prepared.meta["rows"], "relations": len(prepared.labels),
                  "vocab_size": prepared.vocab_size,
                  "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()}},
