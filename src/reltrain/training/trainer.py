@@ -175,9 +175,11 @@ class Trainer:
         if self.valid_set is None:  # nothing to select on: the latest epoch is the best one
             state.best = {"metric": None, "value": None, "epoch": epoch, "valid": None}
             return True
+        start = time.perf_counter()
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
                               self.labels, self.ctx, self.progress, desc="valid")
         record["valid"] = metrics
+        record["valid_sent_per_s"] = len(self.valid_set) / max(time.perf_counter() - start, 1e-9)
         for name in METRICS:
             old = state.best_by_metric.get(name)
             if old is None or metrics[name] > old["value"]:
