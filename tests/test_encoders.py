@@ -169,3 +169,24 @@ def test_frozen_pretrained_vectors_stay_fixed(small_en, tmp_path):
     word = vocab[2]
     expected = torch.tensor([float(x) for x in first[word].split()])
     torch.testing.assert_close(weights[2], expected)
+
+
+def test_lm_stored_in_fp16_trains_in_fp32(tiny_bert, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    half = tmp_path / "half-bert"
+    shutil.copytree(tiny_bert, half)
+    weights = load_file(str(half / "model.safetensors"))
+    save_file({k: v.half() for k, v in weights.items()}, str(half / "model.safetensors"),
+              metadata={"format": "pt"})
+    config = json.loads((half / "config.json").read_text())
+    (half / "config.json").write_text(json.dumps({**config, "torch_dtype": "float16",
+                                                  "dtype": "float16"}))
+    data = write_csv(tmp_path / "zh.csv", ZH_ROWS)  # Chinese: added characters too
+    out = tmp_path / "run"
+    assert main(["train", *[f"data.{k}={data}" for k in ("train", "valid")], *BASE,
+                 "train.batch_size=2", "train.epochs=1", "model.name=lm",
+                 f"model.pretrained={half}", f"output_dir={out}"]) == 0
+    assert all(p.dtype == torch.float32 for p in reltrain.load(out / "checkpoints/best.pt").model.parameters())

@@ -64,6 +64,9 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
     else:
         config = dict(hf_config)
         encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+    # A model stored in fp16/bf16 comes in that type under transformers 5 (its config's dtype):
+    # reltrain keeps fp32 weights, and autocast (train.amp) picks the compute precision.
+    encoder = encoder.float()
     if encoder.get_input_embeddings().num_embeddings != vocab_size - added_tokens:
         encoder.resize_token_embeddings(vocab_size - added_tokens)  # room for the entity markers
     if getattr(encoder, "pooler", None) is not None:
