@@ -76,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("model", help="an exported folder or a .pt checkpoint")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
                    "0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--port", type=int, default=8000, help="(default 8000)")
     p.add_argument("--max-batch", type=int, default=64, metavar="N",
                    help="examples per model batch (default 64; 1: no micro-batching)")
     p.add_argument("--max-wait-ms", type=float, default=0.0, metavar="MS",
@@ -86,9 +86,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="server processes, each with the model and the cores shared (default 1)")
     p.add_argument("--top-k", type=int, default=3, help="alternatives per answer (a request may "
                    "ask ?top_k=N)")
-    p.add_argument("--max-items", type=int, default=1024, metavar="N", help="examples per request")
+    p.add_argument("--max-items", type=int, default=1024, metavar="N",
+                   help="examples per request, each pair of a sentence's entities counting "
+                        "(default 1024)")
     p.add_argument("--max-text-chars", type=int, default=10_000, metavar="N",
-                   help="characters per text")
+                   help="characters per text (default 10000)")
     p.add_argument("--access-log", action="store_true", help="log every request")
     _model_args(p)
     return parser

@@ -289,9 +289,11 @@ def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, work
     Predictor.from_checkpoint(options.model, runtime=options.runtime)  # errors before binding a port
     if not options.threads:
         options.threads = max(1, (os.cpu_count() or 1) // workers)
+    wait = (f"waiting up to {options.max_wait_ms:g} ms for more" if options.max_wait_ms
+            else "what queued while the model was busy")
     log.info("serving %s on http://%s:%d (POST /predict, GET /health, GET /model); %d worker "
-             "process(es), batches of up to %d examples, waiting up to %g ms",
-             options.model, host, port, workers, options.max_batch, options.max_wait_ms)
+             "process(es), batches of up to %d examples (%s)",
+             options.model, host, port, workers, options.max_batch, wait)
     os.environ[OPTIONS_ENV] = json.dumps(asdict(options))
     uvicorn.run("reltrain.inference.server:app_from_env", factory=True, host=host, port=port,
                 workers=workers, access_log=access_log, log_level="info")
