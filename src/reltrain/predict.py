@@ -38,7 +38,6 @@ class Predictor:
         self.model, self.config, self.labels = model.eval(), config, labels
         self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
         self.label_index = {name: i for i, name in enumerate(labels)}
-        self.identity: dict = {}  # vocab or lm, as a checkpoint stores them (for worker processes)
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -68,9 +67,7 @@ class Predictor:
             except RuntimeError as exc:
                 raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
                                 f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        predictor = cls(model.to(ctx.device), config, labels, encoder, ctx)
-        predictor.identity = {"vocab": payload.get("vocab"), "lm": payload.get("lm")}
-        return predictor
+        return cls(model.to(ctx.device), config, labels, encoder, ctx)
 
     def encode(self, records: list[Record]) -> Split:
         enc = self.encoder

@@ -27,6 +27,8 @@ def _jieba():
     setLogLevel on every call cost a quarter of prediction time (logging clears its caches)."""
     import jieba
 
+    import jieba.finalseg  # the HMM, called per unknown run: imported once here
+
     jieba.setLogLevel(logging.WARNING)
     jieba.initialize()
     return jieba
@@ -63,7 +65,7 @@ def jieba_words(text: str) -> list[str]:
         if not block:
             continue
         if han.match(block):
-            words = _block_words(block, fast, freq)
+            words = _block_words(block, fast, freq, jieba.finalseg.cut)
             out.extend(words if words is not None else jieba.dt.cut(block))
         else:  # jieba.Tokenizer.cut's handling of what is not a word block
             for part in skip.split(block):
@@ -74,7 +76,7 @@ def jieba_words(text: str) -> list[str]:
     return out
 
 
-def _block_words(block: str, fast, freq: dict) -> list[str] | None:
+def _block_words(block: str, fast, freq: dict, hmm) -> list[str] | None:
     steps: list[str] = []
     for word in fast.cut(block, False):
         if len(word) > 1 and _GLUED.match(word):
@@ -90,21 +92,20 @@ def _block_words(block: str, fast, freq: dict) -> list[str] | None:
             run += word
             continue
         if run:
-            _flush(run, out, freq)
+            _flush(run, out, freq, hmm)
             run = ""
         out.append(word)
     if run:
-        _flush(run, out, freq)
+        _flush(run, out, freq, hmm)
     return out
 
 
-def _flush(run: str, out: list[str], freq: dict) -> None:
-    """A run of one-character steps, as jieba's accurate mode treats it."""
-    from jieba import finalseg
-
+def _flush(run: str, out: list[str], freq: dict, hmm) -> None:
+    """A run of one-character steps, as jieba's accurate mode treats it (``hmm``: jieba's
+    ``finalseg.cut``)."""
     if len(run) == 1:
         out.append(run)
     elif not freq.get(run):
-        out.extend(finalseg.cut(run))
+        out.extend(hmm(run))
     else:
         out.extend(run)

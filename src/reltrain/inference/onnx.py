@@ -22,8 +22,6 @@ import torch.nn as nn
 
 from reltrain.errors import UserError
 
-log = logging.getLogger(__name__)
-
 ONNX_FILE = "model.onnx"
 INPUTS = ("word", "pos_head", "pos_tail", "segment", "mask", "head", "tail")
 OPSET = 18
@@ -88,12 +86,12 @@ class OnnxModel(nn.Module):
     The session opens on first use, in the process that uses it: onnxruntime's threads and locks
     do not survive fork, and prediction workers are forked from a process that never runs it."""
 
-    def __init__(self, path: str | Path, device: torch.device, threads: int = 0):
+    def __init__(self, path: str | Path, device: torch.device):
         super().__init__()
         _require("onnxruntime")
         import onnxruntime as ort
 
-        self.path, self.device, self.threads = str(path), device, threads
+        self.path, self.device, self.threads = str(path), device, 0  # 0: torch's thread count
         self.providers = ["CPUExecutionProvider"]
         if device.type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():

@@ -26,7 +26,7 @@ def default_workers() -> int:
 
 def mode(predictor, workers: int) -> str:
     """``predict`` (whole chunks in workers), ``encode`` (tokenize in workers) or ``main``."""
-    if (workers <= 0 or not predictor.identity.get("vocab") or predictor.identity.get("lm")
+    if (workers <= 0 or predictor.config.model.name == "lm"
             or "fork" not in multiprocessing.get_all_start_methods()):
         return "main"
     return "predict" if predictor.device.type == "cpu" else "encode"

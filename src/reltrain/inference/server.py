@@ -165,8 +165,9 @@ def parse_items(body: bytes, options: ServeOptions) -> tuple[list, bool]:
         except DataError as exc:
             name = f"{where}.{exc.field}" if exc.field else where
             raise BadRequest(422, exc.reason, name.lstrip(".") or "body") from None
-    if examples(items) > options.max_items:
-        raise BadRequest(413, f"{examples(items)} examples (every pair of a sentence's entities "
+    count = examples(items)
+    if count > options.max_items:
+        raise BadRequest(413, f"{count} examples (every pair of a sentence's entities "
                               f"counts); at most {options.max_items}", "body")
     return items, many
 
