@@ -10,10 +10,10 @@ __version__ = "0.1.0"
 __all__ = ["__version__", "load"]
 
 
-def load(path, device: str = "cpu", runtime: str = "torch"):
+def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
     """Load a checkpoint or an exported folder for prediction:
     ``reltrain.load("run/checkpoints/best.pt").predict_text(...)``, ``reltrain.load("my-model")``;
     ``runtime="onnx"``: an exported folder's ``model.onnx`` through onnxruntime."""
     from reltrain.predict import Predictor
 
-    return Predictor.from_checkpoint(path, device=device, runtime=runtime)
+    return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)

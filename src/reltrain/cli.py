@@ -100,6 +100,9 @@ def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="torch",
                    help="onnx: run an exported folder's model.onnx with onnxruntime")
+    p.add_argument("--amp", choices=["auto", "off", "bf16", "fp16"], default="auto",
+                   help="compute precision, as train.amp (auto: bf16 for a pretrained encoder "
+                        "where the GPU or CPU has bf16 arithmetic, else fp32)")
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -188,13 +191,14 @@ def _dispatch(args) -> int:
         if args.max_wait_ms < 0 or not 0 <= args.port <= 65535:
             raise UserError("--max-wait-ms must be >= 0 and --port from 0 to 65535")
         serve(ServeOptions(args.model, args.device, args.runtime, args.max_batch, args.max_wait_ms,
-                           args.top_k, max_items=args.max_items, max_text_chars=args.max_text_chars),
+                           args.top_k, max_items=args.max_items, max_text_chars=args.max_text_chars,
+                           amp=args.amp),
               args.host, args.port, args.workers, args.access_log)
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 
         run_evaluate(args.checkpoint, args.data, args.output, args.device,
-                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime)
+                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp)
     else:
         from reltrain.predict import run_predict
 
@@ -215,5 +219,5 @@ def _dispatch(args) -> int:
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
                     args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
                     args.progress, chunk_rows=args.chunk_rows, workers=args.workers,
-                    runtime=args.runtime)
+                    runtime=args.runtime, amp=args.amp)
     return 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
@@ -11,9 +12,12 @@ from reltrain.predict import Predictor
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
 
+log = logging.getLogger("reltrain.evaluate")
+
 
 def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
-                 batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch") -> dict:
+                 batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch",
+                 amp: str = "auto") -> dict:
     """Score ``checkpoint`` on ``data`` and print the metrics as JSON (same keys as summary.json).
 
         reltrain evaluate runs/x/checkpoints/best.pt test.csv
@@ -22,10 +26,12 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
     check_output(output, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx, runtime=runtime)
+        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx, runtime=runtime, amp=amp)
+        if ctx.is_main:
+            log.info(predictor.precision.describe())
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
         metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
-                              predictor.labels, ctx)
+                              predictor.labels, ctx, precision=predictor.precision)
         metrics["skipped_rows"] = len(result.skipped)
         if ctx.is_main:
             text = json.dumps(metrics, indent=2, ensure_ascii=False)

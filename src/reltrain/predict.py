@@ -18,6 +18,8 @@ from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.models import build_model
 from reltrain.output import check_output, output_stream
+from reltrain.precision import Precision
+from reltrain.precision import resolve as resolve_precision
 from reltrain.training import distributed as D
 from reltrain.training.checkpoint import load_checkpoint
 from reltrain.training.evaluation import eval_loader, predict_probs
@@ -34,17 +36,20 @@ class Predictor:
     """
 
     def __init__(self, model: torch.nn.Module, config: Config, labels: list[str],
-                 encoder: TextEncoder, ctx: D.DistContext):
+                 encoder: TextEncoder, ctx: D.DistContext, precision: Precision | None = None):
         self.model, self.config, self.labels = model.eval(), config, labels
         self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
+        self.precision = precision or Precision(None, "fp32")
         self.label_index = {name: i for i, name in enumerate(labels)}
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
-                        ctx: D.DistContext | None = None, runtime: str = "torch") -> "Predictor":
+                        ctx: D.DistContext | None = None, runtime: str = "torch",
+                        amp: str = "auto") -> "Predictor":
         """``path``: a checkpoint or an exported folder. ``ctx``: the distributed context when
         every rank predicts a share (evaluate). ``runtime="onnx"``: run the folder's
-        ``model.onnx`` with onnxruntime."""
+        ``model.onnx`` with onnxruntime. ``amp``: auto, off, bf16 or fp16, as train.amp
+        (reltrain/precision.py)."""
         if ctx is None:
             ctx = D.DistContext(device=device if isinstance(device, torch.device)
                                 else D.resolve_device(device))
@@ -59,7 +64,9 @@ class Predictor:
         encoder = identity_encoder(payload, config.data)
         if runtime == "onnx":
             model = _onnx_model(Path(path), exported, ctx.device)
+            precision = Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
+            precision = resolve_precision(amp, ctx.device, config.model.name == "lm")
             model = build_model(config.model, encoder.size, len(labels), config.data.pos_limit,
                                 hf_config=payload.get("hf_config"), added_tokens=encoder.added_tokens)
             try:
@@ -67,7 +74,7 @@ class Predictor:
             except RuntimeError as exc:
                 raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
                                 f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        return cls(model.to(ctx.device), config, labels, encoder, ctx)
+        return cls(model.to(ctx.device), config, labels, encoder, ctx, precision)
 
     def encode(self, records: list[Record]) -> Split:
         enc = self.encoder
@@ -91,7 +98,7 @@ class Predictor:
         """(N, C) probabilities of examples already tokenized and indexed."""
         data = self.split_dataset(split)
         return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),
-                             self.ctx, progress, desc="predict")
+                             self.ctx, progress, desc="predict", precision=self.precision)
 
     def predict(self, records: list[Record], top_k: int = 3, batch_size: int = 256,
                 progress: bool = False) -> list[dict]:
@@ -197,7 +204,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None, top_k: int = 3,
                 device: str = "cpu", skip_bad_rows: bool = False, progress: str = "auto",
-                chunk_rows: int = 4096, workers: int | None = None, runtime: str = "torch") -> int:
+                chunk_rows: int = 4096, workers: int | None = None, runtime: str = "torch",
+                amp: str = "auto") -> int:
     """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
     Returns the number of lines written.
 
@@ -220,7 +228,10 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     try:
         # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
         # rank 0 writes them in input order: the same bytes as one process.
-        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=runtime)
+        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=runtime,
+                                              amp=amp)
+        if ctx.is_main:
+            log.info(predictor.precision.describe())
         if data is None:
             if text is None or head is None or tail is None:
                 raise UserError("give a DATA file, or --text with --head and --tail")

@@ -27,7 +27,8 @@ from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
-from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_amp
+from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,
+                                    resolve_precision)
 from reltrain.training.preemption import StopRequest
 from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (find_resume, load_best_weights, restore, run_complete,
@@ -90,6 +91,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload)
     state = _fit(parts, ctx, run_dir, payload, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
+    summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
         _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
     if ctx.is_main:
@@ -144,8 +146,10 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
     scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
-    amp = resolve_amp(cfg.train.amp, ctx.device, model)
-    scaler = torch.amp.GradScaler(ctx.device.type, enabled=amp == torch.float16)
+    precision = resolve_precision(cfg.train.amp, ctx.device, model)
+    if ctx.is_main:
+        log.info(precision.describe())
+    scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
     static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
               "global_batch_size": cfg.train.global_batch_size,
@@ -155,7 +159,8 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                       prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
-                      every_steps=cfg.ckpt.every_steps, stop=stop, amp=amp, scaler=scaler)
+                      every_steps=cfg.ckpt.every_steps, stop=stop, precision=precision,
+                      scaler=scaler)
     return _Parts(trainer, sets, callbacks)
 
 
@@ -219,18 +224,24 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
         log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
     start = time.perf_counter()
     metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
-                             desc="test")
+                             desc="test", precision=trainer.precision)
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
-    if ctx.is_main and cfg.log.plots:
-        from reltrain.training.plots import plot_confusion
+    if ctx.is_main and cfg.log.plots:  # drawn in a child: matplotlib stays out of this process
+        from reltrain import forked
 
         matrix = confusion(test_set.split.labels, pred, len(labels))
-        try:
-            plot_confusion(matrix, labels, run_dir / "plots" / "confusion_test.png",
-                           f"Test confusion (best epoch {state.best['epoch']})")
-        except OSError as exc:
-            log.warning("cannot write the confusion plot: %s", exc.strerror or exc)
+        forked.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
+                    f"Test confusion (best epoch {state.best['epoch']})")
+
+
+def _draw_confusion(matrix, labels, path: Path, title: str) -> None:
+    from reltrain.training.plots import plot_confusion
+
+    try:
+        plot_confusion(matrix, labels, path, title)
+    except OSError as exc:
+        log.warning("cannot write the confusion plot: %s", exc.strerror or exc)
 
 
 def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,

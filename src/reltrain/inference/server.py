@@ -42,6 +42,7 @@ class ServeOptions:
     max_items: int = 1024
     max_text_chars: int = 10_000
     threads: int = 0  # torch threads per process; 0: the cores shared among the workers
+    amp: str = "auto"
 
 
 class BadRequest(Exception):
@@ -191,7 +192,7 @@ def create_app(options: ServeOptions):
 
         torch.set_num_threads(options.threads or torch.get_num_threads())
         predictor = Predictor.from_checkpoint(options.model, device=options.device,
-                                              runtime=options.runtime)
+                                              runtime=options.runtime, amp=options.amp)
         batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000)
         state.update(predictor=predictor, batcher=batcher, info=model_info(predictor, options))
         task = asyncio.create_task(batcher.run())
@@ -287,7 +288,7 @@ def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, work
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
     from reltrain.predict import Predictor
 
-    Predictor.from_checkpoint(options.model, runtime=options.runtime)  # errors before binding a port
+    Predictor.from_checkpoint(options.model, runtime=options.runtime, amp=options.amp)  # errors first
     if not options.threads:
         options.threads = max(1, (os.cpu_count() or 1) // workers)
     wait = (f"waiting up to {options.max_wait_ms:g} ms for more" if options.max_wait_ms

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -54,25 +55,46 @@ class MetricsLog(Callback):
 
 
 class CurvePlots(Callback):
-    """``plots/loss.png`` and ``plots/f1.png``, redrawn each epoch from the history so far.
+    """``plots/loss.png`` and ``plots/f1.png`` from the history so far, drawn by a child process
+    beside training (reltrain/forked.py: matplotlib never enters the training process).
 
-    A picture that cannot be written (full disk) is a warning: training goes on.
+    Redrawn after the first epoch, then at most every ``every_s`` seconds (each drawing imports
+    matplotlib anew, about half a second of a core), and always when the run ends. A picture that
+    cannot be written (full disk) is a warning: training goes on.
     """
 
-    def __init__(self, directory: Path):
-        self.directory, self.history = directory, []
+    def __init__(self, directory: Path, every_s: float = 20.0):
+        from reltrain.forked import Background
+
+        self.directory, self.history, self.every_s = directory, [], every_s
+        self.drawn, self.last = 0, float("-inf")
+        self.child = Background()
 
     def resume(self, history):
         self.history = list(history)
 
     def on_epoch_end(self, record, state):
-        from reltrain.training.plots import plot_curves
-
         self.history.append(record)
-        try:
-            plot_curves(self.history, self.directory)
-        except OSError as exc:
-            log.warning("cannot write the plots in %s: %s", self.directory, exc.strerror or exc)
+        if time.monotonic() - self.last >= self.every_s:
+            self._draw()
+
+    def close(self):
+        if self.history and self.drawn < len(self.history):
+            self._draw()
+        self.child.wait()
+
+    def _draw(self):
+        self.last, self.drawn = time.monotonic(), len(self.history)
+        self.child.submit(draw_curves, list(self.history), self.directory)
+
+
+def draw_curves(history: list[dict], directory: Path) -> None:
+    from reltrain.training.plots import plot_curves
+
+    try:
+        plot_curves(history, directory)
+    except OSError as exc:
+        log.warning("cannot write the plots in %s: %s", directory, exc.strerror or exc)
 
 
 class TensorBoardLog(Callback):

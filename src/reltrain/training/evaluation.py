@@ -3,6 +3,8 @@ gathered with their dataset indices and every example is counted exactly once.""
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -22,11 +24,12 @@ def eval_loader(dataset: RelationDataset, batch_size: int, ctx: D.DistContext) -
 
 @torch.no_grad()
 def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: D.DistContext,
-                  progress: bool = False, desc: str = "eval") -> np.ndarray:
+                  progress: bool = False, desc: str = "eval", precision=None) -> np.ndarray:
     """(N, C) class probabilities for the whole split, on every rank.
 
     ``model`` should be the unwrapped model: ranks may hold different numbers of batches, and a
-    DDP forward would wait for a collective the other ranks never join.
+    DDP forward would wait for a collective the other ranks never join. ``precision``: the
+    run's (reltrain/precision.py); None: fp32.
     """
     from tqdm.auto import tqdm
 
@@ -35,7 +38,8 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: 
     indices, probs = [], []
     for batch in tqdm(loader, desc=desc, disable=not progress, unit="batch", leave=False):
         batch = batch.to(ctx.device, non_blocking=True)
-        logits = model(**batch.inputs())  # (B, C)
+        with precision.autocast(ctx.device) if precision else contextlib.nullcontext():
+            logits = model(**batch.inputs())  # (B, C)
         probs.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
         indices.append(batch.index.cpu().numpy())
     model.train(was_training)
@@ -51,9 +55,10 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: 
 
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],
-             ctx: D.DistContext, progress: bool = False, desc: str = "eval") -> tuple[dict, np.ndarray]:
+             ctx: D.DistContext, progress: bool = False, desc: str = "eval",
+             precision=None) -> tuple[dict, np.ndarray]:
     """Metrics of ``model`` on a labelled split, identical on every rank; also the predictions."""
     probs = predict_probs(model, eval_loader(dataset, batch_size, ctx), len(dataset), ctx,
-                          progress, desc)
+                          progress, desc, precision)
     pred = probs.argmax(axis=1)
     return compute_metrics(dataset.split.labels, pred, labels), pred

@@ -6,7 +6,6 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from reltrain.errors import UserError
 
 
 def build_optimizer(model: nn.Module, train_cfg) -> torch.optim.Optimizer:
@@ -122,12 +121,8 @@ def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> GlobalBa
     return GlobalBatchLoss(torch.tensor(weights, dtype=torch.float32))
 
 
-def resolve_amp(setting: str, device: torch.device, model: nn.Module) -> torch.dtype | None:
-    """The autocast dtype for training steps, or None for full precision."""
-    if setting == "off" or (setting == "auto" and (device.type != "cuda" or not _is_pretrained(model))):
-        return None
-    if setting == "auto":
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if setting == "fp16" and device.type != "cuda":
-        raise UserError("train.amp=fp16 needs CUDA; on CPU use bf16 or off")
-    return torch.bfloat16 if setting == "bf16" else torch.float16
+def resolve_precision(setting: str, device: torch.device, model: nn.Module):
+    """train.amp for this model on this device (see reltrain/precision.py)."""
+    from reltrain.precision import resolve
+
+    return resolve(setting, device, _is_pretrained(model))

@@ -13,6 +13,7 @@ import torch.nn as nn
 from reltrain.config import METRICS
 from reltrain.errors import Preempted
 from reltrain.models.dropout import example_noise_seeds
+from reltrain.precision import resolve
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
 
@@ -45,9 +46,9 @@ class Trainer:
     def __init__(self, model: nn.Module, optimizer, schedule, loss_fn: nn.Module, train_loader,
                  valid_set, labels: list[str], train_cfg, checkpointer, ctx: D.DistContext,
                  callbacks=(), progress: bool = False, every_steps: int = 0, stop=None,
-                 amp: torch.dtype | None = None, scaler=None):
+                 precision=None, scaler=None):
         self.model, self.optimizer, self.schedule = model, optimizer, schedule
-        self.amp, self.scaler = amp, scaler
+        self.precision, self.scaler = precision or resolve("off", ctx.device, False), scaler
         self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
         self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
         self.callbacks, self.progress = list(callbacks), progress
@@ -154,8 +155,7 @@ class Trainer:
             # Dropout masks keyed by (seed, step, example) are the same for any split of the batch.
             noise = example_noise_seeds(self.cfg.seed, step_number, batch.index)
             with D.no_sync(self.model, k < last):
-                with torch.autocast(self.ctx.device.type, dtype=self.amp or torch.float32,
-                                    enabled=self.amp is not None):
+                with self.precision.autocast(self.ctx.device):
                     logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
                     loss = self.loss_fn(logits.float(), batch.label, normaliser)
                 if step.dummy:  # a stand-in: joins the all-reduce, adds nothing
@@ -177,7 +177,8 @@ class Trainer:
             return True
         start = time.perf_counter()
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
-                              self.labels, self.ctx, self.progress, desc="valid")
+                              self.labels, self.ctx, self.progress, desc="valid",
+                              precision=self.precision)
         record["valid"] = metrics
         record["valid_sent_per_s"] = len(self.valid_set) / max(time.perf_counter() - start, 1e-9)
         for name in METRICS:

@@ -1,0 +1,80 @@
+"""The floating-point precision a run computes in (``train.amp``, ``--amp``), and why.
+
+Weights stay fp32; autocast runs the matrix products in bf16 or fp16. ``auto``:
+
+- CUDA: a pretrained (``lm``) encoder in bf16 where the GPU has it, else fp16 with a loss
+  scaler; reltrain's own small encoders in fp32.
+- CPU: a pretrained encoder in bf16 only where the CPU multiplies bf16 in hardware (AVX512-BF16
+  or AMX, as oneDNN reports it); elsewhere bf16 is emulated, and on the 2-core development
+  machine (AVX2 only) a 2048x2048 bf16 matrix product ran at 0.28 GFLOP/s against 121 in fp32
+  (bench/utilisation.py). reltrain's own encoders in fp32.
+
+Training, evaluation and prediction use the same rule, so the test figures of a run are those
+of the precision it trained in. docs/benchmarks.md has the measurements.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import torch
+
+from reltrain.errors import UserError
+
+SETTINGS = ("auto", "off", "bf16", "fp16")
+NATIVE_CPU = "this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)"
+EMULATED_CPU = "this CPU has no bf16 arithmetic (no AVX512-BF16 or AMX): bf16 would be emulated, far slower"
+
+
+@dataclass(frozen=True)
+class Precision:
+    dtype: torch.dtype | None  # the autocast type; None: fp32 throughout
+    reason: str
+
+    @property
+    def name(self) -> str:
+        return {None: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}[self.dtype]
+
+    def autocast(self, device: torch.device):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device.type, dtype=self.dtype)
+
+    def describe(self) -> str:
+        return f"precision {self.name} ({self.reason})"
+
+
+def native_bf16_cpu() -> bool:
+    """oneDNN's own test for bf16 in hardware; False where the build cannot tell."""
+    check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
+    try:
+        return bool(torch.backends.mkldnn.is_available() and check is not None and check())
+    except RuntimeError:
+        return False
+
+
+def resolve(setting: str, device: torch.device, pretrained: bool) -> Precision:
+    """The precision for ``setting`` (auto, off, bf16, fp16) on ``device``."""
+    if setting not in SETTINGS:
+        raise UserError(f"amp must be one of {', '.join(SETTINGS)}, not '{setting}'")
+    cuda = device.type == "cuda"
+    if setting == "off":
+        return Precision(None, "amp=off")
+    if setting == "fp16":
+        if not cuda:
+            raise UserError("amp=fp16 needs CUDA; on CPU use bf16 or off")
+        return Precision(torch.float16, "amp=fp16")
+    if setting == "bf16":
+        if not cuda and not native_bf16_cpu():
+            return Precision(torch.bfloat16, f"amp=bf16, although {EMULATED_CPU}")
+        return Precision(torch.bfloat16, "amp=bf16")
+    if not pretrained:
+        return Precision(None, "auto: reltrain's own encoders compute in fp32")
+    if cuda:
+        if torch.cuda.is_bf16_supported():
+            return Precision(torch.bfloat16, "auto: a pretrained encoder on a GPU with bf16")
+        return Precision(torch.float16, "auto: a pretrained encoder on a GPU without bf16")
+    if native_bf16_cpu():
+        return Precision(torch.bfloat16, f"auto: a pretrained encoder, and {NATIVE_CPU}")
+    return Precision(None, f"auto: {EMULATED_CPU}")
