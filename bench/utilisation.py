@@ -87,7 +87,7 @@ def setup(encoder: str, batch: int, amp: str, data: Path, cache: Path):
     return cfg, prepared, sets, model
 
 
-def measure_train(cfg, prepared, sets, model, seconds: float) -> dict:
+def measure_train(cfg, prepared, sets, model, seconds: float, min_steps: int = 12) -> dict:
     ctx = D.setup("cpu", cfg.dist)
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 bucket=cfg.data.bucket)
@@ -109,7 +109,7 @@ def measure_train(cfg, prepared, sets, model, seconds: float) -> dict:
     model.train()
     steps, n, load_s, step_s, epoch = [], 0, 0.0, 0.0, 1
     warmup = 3
-    while step_s < seconds:
+    while step_s < seconds or len(steps) < min_steps:
         sampler.set_epoch(epoch)
         for indices in sampler:
             start = time.perf_counter()
@@ -124,7 +124,7 @@ def measure_train(cfg, prepared, sets, model, seconds: float) -> dict:
             steps.append(step)
             n += step.num_examples
             load_s, step_s = load_s + loaded - start, step_s + done - loaded
-            if step_s >= seconds:
+            if step_s >= seconds and len(steps) >= min_steps:
                 break
         epoch += 1
     batches = [b for s in steps for b in s.batches]
@@ -170,7 +170,7 @@ def measure_predict(cfg, sets, model, batch: int, amp: str, seconds: float) -> d
         torch.backends.mha.set_fastpath_enabled(fastpath)
     flops = counter.get_total_flops() + lstm_flops(model, batches, train=False)
     return {"sent_per_s": passes * len(split) / elapsed, "flops_per_sent": flops / len(split),
-            "padding": padding(batches)}
+            "padding": padding(batches), "tokens_per_sent": real_tokens(batches) / len(split)}
 
 
 def real_tokens(batches) -> int:
@@ -201,7 +201,7 @@ def main() -> None:
                                              f"{matmul_rate(torch.bfloat16, seconds=1):.2f} GFLOP/s)")
           + "; 'peak' is the matmul rate measured just before each row (this machine drifts)")
     print(f"{'encoder':<12}{'mode':<9}{'batch':>6}{'amp':>6}{'sent/s':>9}{'MFLOP/sent':>12}"
-          f"{'GFLOP/s':>9}{'peak':>6}{'of peak':>9}{'pad':>6}  step: batches / fwd+bwd / optimizer")
+          f"{'GFLOP/s':>9}{'peak':>6}{'of peak':>9}{'tokens':>7}{'pad':>6}  step: batches / fwd+bwd / optimizer")
     results = {"threads": torch.get_num_threads(), "native_bf16": bf16, "rows": []}
     with tempfile.TemporaryDirectory() as cache:
         for encoder in encoders:
@@ -221,7 +221,7 @@ def main() -> None:
                                  f"{share['optimizer']:.0%}" if share else "")
                         print(f"{encoder:<12}{mode:<9}{batch:>6}{amp:>6}{r['sent_per_s']:>9.0f}"
                               f"{r['flops_per_sent'] / 1e6:>12.1f}{gflops:>9.1f}{peak:>6.0f}"
-                              f"{gflops / peak:>9.0%}{r['padding']:>6.0%}{split}", flush=True)
+                              f"{gflops / peak:>9.0%}{r['tokens_per_sent']:>7.1f}{r['padding']:>6.0%}{split}", flush=True)
                         results["rows"].append({"encoder": encoder, "mode": mode, "batch": batch,
                                                 "amp": amp, "gflops": gflops, "peak_gflops": peak,
                                                 "of_peak": gflops / peak, **r})
