@@ -4,8 +4,8 @@
     python bench/memory.py --epochs 3 --cached
 
 Each run is a fresh process. The stages are read from /proc/self/status (VmRSS now, VmHWM the
-peak so far) after each step of ``reltrain.train`` and each epoch; the preprocessing child's
-own peak is read from its exit status (RUSAGE_CHILDREN). The baseline, measured in the same
+peak so far) after each step of ``reltrain.train`` and each epoch; the largest child's peak
+(the tokenizing and plotting children) from RUSAGE_CHILDREN. The baseline, measured in the same
 session, is a process that only imports torch.
 """
 
@@ -88,7 +88,8 @@ def main() -> None:
                      "log.progress=false"])
             peak = r["stages"][-1]["VmHWM"]
             print(f"\n{name}: peak RSS {peak} MB = {peak / torch_mb:.2f} x `import torch` alone "
-                  f"({torch_mb} MB); preprocessing child {r['child_peak_mb']} MB")
+                  f"({torch_mb} MB); largest child (tokenizing, plots) {r['child_peak_mb']} MB, "
+                  f"mostly pages shared with the training process")
             previous = 0
             for s in r["stages"]:
                 print(f"  {s['stage']:<28}{s['VmRSS']:>6} MB now {s['VmRSS'] - previous:>+6}"
