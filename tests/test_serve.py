@@ -120,6 +120,7 @@ def test_answers_equal_reltrain_predict(server, model, small_en, tmp_path):
     same_prediction(one, {k: v for k, v in first.items() if k != "gold"})
     status, info = server.get("/model")
     assert status == 200 and info["encoder"] == "cnn" and info["labels"][0] == "born_in"
+    assert info["precision"] == "fp32"  # a CNN: fp32 on any CPU (reltrain/precision.py)
     assert info["metrics"]["test"]["macro_f1"] >= 0
 
 

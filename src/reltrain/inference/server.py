@@ -270,7 +270,8 @@ def model_info(predictor, options: ServeOptions) -> dict:
     config = predictor.config
     return {"model": str(options.model), "encoder": config.model.name,
             "language": config.data.language, "labels": predictor.labels,
-            "runtime": options.runtime, "device": str(predictor.device), "metrics": metrics,
+            "runtime": options.runtime, "device": str(predictor.device),
+            "precision": predictor.precision.name, "metrics": metrics,
             "max_batch": options.max_batch, "max_wait_ms": options.max_wait_ms}
 
 
