@@ -66,7 +66,11 @@ def ordered_map(fn: Callable, items: Iterable, predictor, workers: int) -> Itera
                 while pending:
                     yield pending.popleft().result()
             except BaseException:
-                pool.shutdown(wait=False, cancel_futures=True)
+                # Drop what has not started and wait for what has (at most two chunks a worker).
+                # Not wait=False: the pool's manager thread then outlives the executor, and
+                # Python 3.11's exit hook can write to its closed wake-up pipe ("OSError: Bad
+                # file descriptor" and a traceback after the error; seen once in CI).
+                pool.shutdown(wait=True, cancel_futures=True)
                 raise
     finally:
         _PREDICTOR = None
