@@ -24,7 +24,7 @@ from reltrain.errors import UserError
 
 SETTINGS = ("auto", "off", "bf16", "fp16")
 NATIVE_CPU = "this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)"
-EMULATED_CPU = "this CPU has no bf16 arithmetic (no AVX512-BF16 or AMX): bf16 would be emulated, far slower"
+NO_BF16_CPU = "this CPU has no bf16 arithmetic (no AVX512-BF16 or AMX)"
 
 
 @dataclass(frozen=True)
@@ -67,7 +67,7 @@ def resolve(setting: str, device: torch.device, pretrained: bool) -> Precision:
         return Precision(torch.float16, "amp=fp16")
     if setting == "bf16":
         if not cuda and not native_bf16_cpu():
-            return Precision(torch.bfloat16, f"amp=bf16, although {EMULATED_CPU}")
+            return Precision(torch.bfloat16, f"amp=bf16, although {NO_BF16_CPU}: emulated, far slower")
         return Precision(torch.bfloat16, "amp=bf16")
     if not pretrained:
         return Precision(None, "auto: reltrain's own encoders compute in fp32")
@@ -77,4 +77,4 @@ def resolve(setting: str, device: torch.device, pretrained: bool) -> Precision:
         return Precision(torch.float16, "auto: a pretrained encoder on a GPU without bf16")
     if native_bf16_cpu():
         return Precision(torch.bfloat16, f"auto: a pretrained encoder, and {NATIVE_CPU}")
-    return Precision(None, f"auto: {EMULATED_CPU}")
+    return Precision(None, f"auto: {NO_BF16_CPU}, and emulated bf16 is far slower")
