@@ -74,7 +74,8 @@ class Background:
         if not available():
             _logged(fn, *args)
             return
-        self._child = multiprocessing.get_context("fork").Process(target=_logged, args=(fn, *args))
+        self._child = multiprocessing.get_context("fork").Process(target=_quietly_logged,
+                                                                  args=(fn, *args))
         self._child.start()
 
     def wait(self) -> None:
@@ -83,9 +84,12 @@ class Background:
             self._child = None
 
 
+def _quietly_logged(fn: Callable, *args) -> None:
+    _quiet_signals()
+    _logged(fn, *args)
+
+
 def _logged(fn: Callable, *args) -> None:
-    if multiprocessing.parent_process() is not None:
-        _quiet_signals()
     try:
         fn(*args)
     except Exception as exc:  # a picture that cannot be drawn never stops a run

@@ -45,6 +45,9 @@ class Precision:
         return f"precision {self.name} ({self.reason})"
 
 
+FP32 = Precision(None, "amp=off")
+
+
 def native_bf16_cpu() -> bool:
     """oneDNN's own test for bf16 in hardware; False where the build cannot tell."""
     check = getattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported", None)
@@ -60,7 +63,7 @@ def resolve(setting: str, device: torch.device, pretrained: bool) -> Precision:
         raise UserError(f"amp must be one of {', '.join(SETTINGS)}, not '{setting}'")
     cuda = device.type == "cuda"
     if setting == "off":
-        return Precision(None, "amp=off")
+        return FP32
     if setting == "fp16":
         if not cuda:
             raise UserError("amp=fp16 needs CUDA; on CPU use bf16 or off")

@@ -18,7 +18,7 @@ from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.models import build_model
 from reltrain.output import check_output, output_stream
-from reltrain.precision import Precision
+from reltrain.precision import FP32, Precision
 from reltrain.precision import resolve as resolve_precision
 from reltrain.training import distributed as D
 from reltrain.training.checkpoint import load_checkpoint
@@ -39,7 +39,7 @@ class Predictor:
                  encoder: TextEncoder, ctx: D.DistContext, precision: Precision | None = None):
         self.model, self.config, self.labels = model.eval(), config, labels
         self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
-        self.precision = precision or Precision(None, "fp32")
+        self.precision = precision or FP32
         self.label_index = {name: i for i, name in enumerate(labels)}
 
     @classmethod

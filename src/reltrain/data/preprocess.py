@@ -158,8 +158,8 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
     prepared = _load_cached(path) if path.exists() else None
-    if prepared is None and _in_child(_build_and_save, data_cfg, path, progress, lm_folder,
-                                      lm_markers, lm_add_chars):
+    if prepared is None and _built_in_child(data_cfg, path, progress, lm_folder, lm_markers,
+                                            lm_add_chars):
         prepared = _load_cached(path)
         if prepared is not None:
             prepared.reused = False
@@ -188,13 +188,13 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
     return prepared
 
 
-def _in_child(build, *args) -> bool:
-    """Run ``build`` in a forked process that ends (reltrain/forked.py); True if it wrote the
-    cache entry. The training process then never holds jieba's dictionary, the records or the
-    garbage of segmentation (about 120 MB of a CNN run on deepke-zh)."""
-    if not forked.available() or not _writable(args[1].parent):
+def _built_in_child(data_cfg, path: Path, *options) -> bool:
+    """``_build_and_save`` in a forked process that ends (reltrain/forked.py); True if it wrote
+    the cache entry. The training process then never holds jieba's dictionary, the records or
+    the garbage of segmentation (about 120 MB of a CNN run on deepke-zh)."""
+    if not forked.available() or not _writable(path.parent):
         return False  # an unwritable cache is reported once, by the build in this process
-    return forked.call(_built_there, build, *args)
+    return forked.call(_wrote_cache, data_cfg, path, *options)
 
 
 def _writable(folder: Path) -> bool:
@@ -205,8 +205,8 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK)
 
 
-def _built_there(build, *args) -> bool:
-    return build(*args).cache_path is not None
+def _wrote_cache(*args) -> bool:
+    return _build_and_save(*args).cache_path is not None
 
 
 def _load_cached(path: Path) -> Prepared | None:

@@ -3,14 +3,13 @@ gathered with their dataset indices and every example is counted exactly once.""
 
 from __future__ import annotations
 
-import contextlib
-
 import numpy as np
 import torch
 import torch.nn as nn
 from torch.utils.data import DataLoader
 
 from reltrain.data.dataset import EvalBatchSampler, RelationDataset, collate_batch
+from reltrain.precision import FP32
 from reltrain.training import distributed as D
 from reltrain.training.metrics import compute_metrics
 
@@ -38,7 +37,7 @@ def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: 
     indices, probs = [], []
     for batch in tqdm(loader, desc=desc, disable=not progress, unit="batch", leave=False):
         batch = batch.to(ctx.device, non_blocking=True)
-        with precision.autocast(ctx.device) if precision else contextlib.nullcontext():
+        with (precision or FP32).autocast(ctx.device):
             logits = model(**batch.inputs())  # (B, C)
         probs.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
         indices.append(batch.index.cpu().numpy())

@@ -13,7 +13,7 @@ import torch.nn as nn
 from reltrain.config import METRICS
 from reltrain.errors import Preempted
 from reltrain.models.dropout import example_noise_seeds
-from reltrain.precision import resolve
+from reltrain.precision import FP32
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import evaluate
 
@@ -48,7 +48,7 @@ class Trainer:
                  callbacks=(), progress: bool = False, every_steps: int = 0, stop=None,
                  precision=None, scaler=None):
         self.model, self.optimizer, self.schedule = model, optimizer, schedule
-        self.precision, self.scaler = precision or resolve("off", ctx.device, False), scaler
+        self.precision, self.scaler = precision or FP32, scaler
         self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
         self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
         self.callbacks, self.progress = list(callbacks), progress
