@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import SHARED_DATA
-from reltrain.data import segment
+from reltrain.data import jieba_hmm, segment
 from reltrain.data.schema import Entity, Record
 from reltrain.data.tokenize import Tokenizer
 
@@ -73,3 +73,41 @@ def test_added_words_send_sentences_to_jieba(monkeypatch):
     assert segment._fast() is None
     assert segment.jieba_words(text) == jieba.lcut(text)
     assert "抗清英雄黄" in segment.jieba_words(text)
+
+
+# Characters the HMM knows in every state, in some, and in none: its ties and impossible paths.
+_EMIT = jieba.finalseg.emit_P
+_HAN_CHARS = [chr(c) for c in range(0x4E00, 0x9FD6)]
+_KNOWN = [c for c in _HAN_CHARS if sum(c in _EMIT[y] for y in "BMES") == 4][:400]
+_SOME = [c for c in _HAN_CHARS if 0 < sum(c in _EMIT[y] for y in "BMES") < 4][:200]
+_NONE = [c for c in _HAN_CHARS if not any(c in _EMIT[y] for y in "BMES")][:200]
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.text(alphabet=st.sampled_from(_KNOWN + _SOME + _NONE + list("ab1.%")), min_size=1, max_size=40))
+def test_hmm_gives_finalseg_words(run):
+    assert jieba_hmm.cut(run) == list(jieba.finalseg.cut(run))
+
+
+def test_hmm_gives_finalseg_words_on_every_deepke_run(monkeypatch):
+    runs = []
+    monkeypatch.setattr(jieba_hmm, "cut", lambda run: runs.append(run) or [])
+    for row in deepke_rows():
+        segment.jieba_words(row["sentence"])
+    monkeypatch.undo()
+    assert len(runs) > 1000
+    assert [jieba_hmm.cut(r) for r in runs] == [list(jieba.finalseg.cut(r)) for r in runs]
+
+
+def test_changed_counts_and_deleted_words_send_sentences_to_jieba(monkeypatch):
+    monkeypatch.setattr(jieba.dt, "FREQ", dict(jieba.dt.FREQ))
+    monkeypatch.setattr(jieba.dt, "total", jieba.dt.total)
+    monkeypatch.setattr(jieba.finalseg, "Force_Split_Words", set())
+    text = "今天天气不错"
+    jieba.suggest_freq(("今天", "天气"), tune=True)  # a known word's count, not a new word
+    assert segment._fast() is None
+    assert segment.jieba_words(text) == jieba.lcut(text)
+    monkeypatch.setattr(jieba.dt, "total", segment._rjieba()[1][1])
+    jieba.del_word("不错")  # count 0 and forced apart in the HMM: the total is unchanged
+    assert segment._fast() is None
+    assert segment.jieba_words(text) == jieba.lcut(text)

@@ -1,0 +1,90 @@
+"""jieba's HMM for unknown runs of Chinese characters: the same words, 2.3-2.5x faster.
+
+jieba's accurate mode sends every run of characters its dictionary does not join to
+``jieba.finalseg.cut``: a Viterbi search over the four states B(egin), M(iddle), E(nd) and
+S(ingle), written for any state set, with a dict per time step, a list of candidate tuples per
+state and a copied path per state and step: 19 us a run on deepke-zh (8 here), 40% of reltrain's
+segmenting time. Here the four states are local variables and the path is read back from one tuple of
+back-pointers per character. The arithmetic is jieba's to the bit: its own probability tables
+(read from ``jieba.finalseg``, never copied), the sums in its order ((previous + transition) +
+emission), and its tie-breaks (``max`` over ``(probability, state)`` tuples prefers the later
+letter on equal probabilities). ``tests/test_segment.py`` compares the words with
+``finalseg.cut`` on every run of deepke-zh and on random text.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+# finalseg's own split: its Viterbi only ever sees runs of these characters.
+_HAN = re.compile("[\u4E00-\u9FD5]+")
+
+
+def cut(run: str) -> list[str]:
+    """``list(jieba.finalseg.cut(run))``."""
+    return _cut()(run)
+
+
+@lru_cache(maxsize=1)
+def _cut():
+    """``cut``, built once around finalseg's tables (locals are what makes it fast); finalseg's
+    own ``cut`` if its HMM is not the four-state one this search was written for."""
+    from jieba import finalseg
+
+    if finalseg.PrevStatus != {"B": "ES", "M": "MB", "S": "SE", "E": "BM"}:
+        return lambda run: list(finalseg.cut(run))
+    start, trans, emit, low = finalseg.start_P, finalseg.trans_P, finalseg.emit_P, finalseg.MIN_FLOAT
+    sB, sM, sE, sS = start["B"], start["M"], start["E"], start["S"]
+    tEB, tSB, tMM, tBM = trans["E"]["B"], trans["S"]["B"], trans["M"]["M"], trans["B"]["M"]
+    tSS, tES, tBE, tME = trans["S"]["S"], trans["E"]["S"], trans["B"]["E"], trans["M"]["E"]
+    eB, eM, eE, eS = (emit[y].get for y in "BMES")
+    han = _HAN.fullmatch
+
+    def fast_cut(run: str) -> list[str]:
+        if finalseg.Force_Split_Words or not han(run):
+            return list(finalseg.cut(run))  # letters, digits or forced splits: finalseg's way
+        c = run[0]
+        vB, vM, vE, vS = sB + eB(c, low), sM + eM(c, low), sE + eE(c, low), sS + eS(c, low)
+        back = []  # per character after the first: the previous state of B, M, E and S
+        for c in run[1:]:
+            # Each state's two predecessors in PrevStatus order; on equal probabilities the
+            # later letter, as max over (probability, state) tuples picks.
+            em = eB(c, low)
+            a, b = vE + tEB + em, vS + tSB + em
+            nB, pB = (b, 3) if b >= a else (a, 2)
+            em = eM(c, low)
+            a, b = vM + tMM + em, vB + tBM + em
+            nM, pM = (a, 1) if a >= b else (b, 0)
+            em = eS(c, low)
+            a, b = vS + tSS + em, vE + tES + em
+            nS, pS = (a, 3) if a >= b else (b, 2)
+            em = eE(c, low)
+            a, b = vB + tBE + em, vM + tME + em
+            nE, pE = (b, 1) if b >= a else (a, 0)
+            vB, vM, vE, vS = nB, nM, nE, nS
+            back.append((pB, pM, pE, pS))
+        # States 0..3 are B, M, E, S; the path ends in S or E. Read back, then into words as
+        # finalseg.__cut reads it (also any path its ties could give: a trailing B or M is one
+        # word, an E after an S runs from the last B or the start).
+        state = 3 if vS >= vE else 2
+        states = [state]
+        for step in reversed(back):
+            state = step[state]
+            states.append(state)
+        states.reverse()
+        out, begin, nexti = [], 0, 0
+        for i, state in enumerate(states):
+            if state == 0:
+                begin = i
+            elif state == 2:
+                out.append(run[begin:i + 1])
+                nexti = i + 1
+            elif state == 3:
+                out.append(run[i])
+                nexti = i + 1
+        if nexti < len(run):
+            out.append(run[nexti:])
+        return out
+
+    return fast_cut
