@@ -83,3 +83,17 @@ def test_eval_sampler_deals_identical_batches_to_ranks():
         shards = [list(EvalBatchSampler(lengths, 10, r, world)) for r in range(world)]
         dealt = [b for shard in shards for b in shard]
         assert sorted(map(tuple, dealt)) == sorted(map(tuple, whole))
+
+
+def test_eval_batches_cap_padded_tokens_at_the_median_times_the_batch_size():
+    rng = np.random.default_rng(3)
+    lengths = np.concatenate([rng.integers(10, 40, size=990), rng.integers(150, 200, size=10)])
+    batches = list(EvalBatchSampler(lengths, 64))
+    assert sorted(i for b in batches for i in b) == list(range(1000))
+    budget = 64 * np.median(lengths)
+    assert all(len(b) <= 64 and (len(b) == 1 or len(b) * lengths[b].max() <= budget) for b in batches)
+    padded = sum(len(b) * lengths[b].max() for b in batches)
+    fixed = np.sort(lengths)
+    fixed_padded = sum(len(fixed[i:i + 64]) * fixed[i:i + 64].max() for i in range(0, 1000, 64))
+    assert padded < lengths.sum() * 1.05 < fixed_padded
+    assert list(EvalBatchSampler(np.zeros(0, dtype=np.int64), 8)) == []

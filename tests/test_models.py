@@ -70,6 +70,33 @@ def test_pcnn_handles_empty_piece():
     assert torch.isfinite(out).all()
 
 
+@pytest.mark.parametrize("name", ["cnn", "pcnn"])
+def test_cpu_prediction_forward_equals_the_training_one(name):
+    """Without autograd on a CPU the CNNs take another route (channels-last convolutions, max
+    before ReLU, an additive mask); it must compute the same function, padding, short sentences
+    and empty PCNN pieces included."""
+    torch.manual_seed(0)
+    model = build_model(ModelConfig(name=name, kernel_sizes=[1, 3, 5]), 50, 4, 5).eval()
+    split = make_split([6, 3, 1, 4, 9], [(0, 2), (1, 2), (0, 1), (0, 3), (8, 9)],
+                       [(4, 5), (2, 3), (0, 1), (1, 3), (0, 1)])
+    split.token_ids = split.token_ids % 50
+    inputs = RelationDataset(split, pos_limit=5).__getitems__([0, 1, 2, 3, 4]).inputs()
+    assert model._cpu_inference(inputs["word"]) is False  # autograd on: the training route
+    trained = model(**inputs)
+    with torch.no_grad():
+        assert model._cpu_inference(inputs["word"]) is True
+        predicted = model(**inputs)
+        alone = model(**RelationDataset(split, pos_limit=5).__getitems__([2]).inputs())
+    torch.testing.assert_close(predicted, trained, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(alone[0], trained[2], rtol=1e-5, atol=1e-6)
+
+
+def test_other_activations_predict_by_the_training_route():
+    model = build_model(ModelConfig(name="cnn", activation="tanh"), 20, 3, 5).eval()
+    with torch.no_grad():
+        assert model._cpu_inference(torch.zeros(1, 2, dtype=torch.long)) is False
+
+
 def test_registry_names_and_unknown_model():
     assert {"cnn", "pcnn", "bilstm", "transformer", "lm"} <= set(model_names())
     with pytest.raises(UserError, match="unknown model.name 'nope'"):

@@ -88,19 +88,21 @@ class Predictor:
     def split_dataset(self, split: Split) -> RelationDataset:
         return RelationDataset(split, self.config.data.pos_limit, self.encoder.pad_id)
 
-    def probabilities(self, records: list[Record], batch_size: int = 256,
+    def probabilities(self, records: list[Record], batch_size: int | None = None,
                       progress: bool = False) -> np.ndarray:
         """(N, C) probabilities, in the order of ``records``."""
         return self.split_probabilities(self.encode(records), batch_size, progress)
 
-    def split_probabilities(self, split: Split, batch_size: int = 256,
+    def split_probabilities(self, split: Split, batch_size: int | None = None,
                             progress: bool = False) -> np.ndarray:
-        """(N, C) probabilities of examples already tokenized and indexed."""
+        """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``:
+        128 on a CPU (the CNN's fastest here: batches of 256 were 5-10% slower), 256 on a GPU."""
         data = self.split_dataset(split)
+        batch_size = batch_size or (128 if self.device.type == "cpu" else 256)
         return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),
                              self.ctx, progress, desc="predict", precision=self.precision)
 
-    def predict(self, records: list[Record], top_k: int = 3, batch_size: int = 256,
+    def predict(self, records: list[Record], top_k: int = 3, batch_size: int | None = None,
                 progress: bool = False) -> list[dict]:
         probs = self.probabilities(records, batch_size, progress)
         return [self._result(rec, p, top_k) for rec, p in zip(records, probs)]
@@ -117,7 +119,7 @@ class Predictor:
         sentence = entity_sentence({"text": text, "entities": entities})
         return self.predict_any([sentence], top_k)[0]["pairs"]
 
-    def predict_any(self, items: list, top_k: int = 3, batch_size: int = 256) -> list[dict]:
+    def predict_any(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
         """One result per item, in order: a ``Record`` gives its prediction, an
         ``EntitySentence`` a ``{"text", "entities", "pairs": [...]}`` object; all pairs of all
         items are predicted in the same batches."""

@@ -39,11 +39,22 @@ def _cut():
     tEB, tSB, tMM, tBM = trans["E"]["B"], trans["S"]["B"], trans["M"]["M"], trans["B"]["M"]
     tSS, tES, tBE, tME = trans["S"]["S"], trans["E"]["S"], trans["B"]["E"], trans["M"]["E"]
     eB, eM, eE, eS = (emit[y].get for y in "BMES")
-    han = _HAN.fullmatch
+    han, blocks, starts_han, skip = _HAN.fullmatch, finalseg.re_han.split, finalseg.re_han.match, finalseg.re_skip.split
 
     def fast_cut(run: str) -> list[str]:
-        if finalseg.Force_Split_Words or not han(run):
-            return list(finalseg.cut(run))  # letters, digits or forced splits: finalseg's way
+        if finalseg.Force_Split_Words:
+            return list(finalseg.cut(run))  # words forced apart: finalseg's own way
+        if han(run):
+            return viterbi_words(run)
+        out = []  # with letters or digits: split as finalseg.cut splits it
+        for block in blocks(run):
+            if starts_han(block):
+                out += viterbi_words(block)
+            else:
+                out += [part for part in skip(block) if part]
+        return out
+
+    def viterbi_words(run: str) -> list[str]:
         c = run[0]
         vB, vM, vE, vS = sB + eB(c, low), sM + eM(c, low), sE + eE(c, low), sS + eS(c, low)
         back = []  # per character after the first: the previous state of B, M, E and S

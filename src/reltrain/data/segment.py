@@ -14,14 +14,9 @@ from __future__ import annotations
 
 import logging
 import marshal
-import re
 from functools import lru_cache
 
 from reltrain.data import jieba_hmm
-
-# jieba's HMM-off mode glues runs of single letters and digits into one word: such a word stands
-# for one-character steps of the path unless the dictionary holds it.
-_GLUED = re.compile(r"[a-zA-Z0-9]+\Z")
 
 
 @lru_cache(maxsize=1)
@@ -101,18 +96,18 @@ def jieba_words(text: str) -> list[str]:
 
 
 def _block_words(block: str, fast, freq: dict) -> list[str] | None:
-    steps: list[str] = []
+    out: list[str] = []
+    run = ""  # one-character steps of the path not yet flushed
     for word in fast.cut(block, False):
-        if len(word) > 1 and _GLUED.match(word):
+        if len(word) == 1:
+            run += word
+            continue
+        # jieba's HMM-off mode glues runs of single letters and digits ([a-zA-Z0-9], which is
+        # what ASCII isalnum means) into one word: it stands for one-character steps of the
+        # path unless the dictionary holds it.
+        if word.isascii() and word.isalnum():
             if freq.get(word):
                 return None  # a dictionary word or glued single steps: ambiguous
-            steps.extend(word)
-        else:
-            steps.append(word)
-    out: list[str] = []
-    run = ""
-    for word in steps:
-        if len(word) == 1:
             run += word
             continue
         if run:
