@@ -27,24 +27,28 @@ class Tokenized:
     truncated: bool = False
 
 
-def _word_pieces(text: str) -> list[Piece]:
-    return [(m.group(), m.start(), m.end()) for m in _WORD.finditer(text)]
+# Each gives the pieces of ``text`` with offsets counted from ``at`` (where ``text`` starts in
+# its sentence).
+
+def _word_pieces(text: str, at: int = 0) -> list[Piece]:
+    return [(m.group(), at + m.start(), at + m.end()) for m in _WORD.finditer(text)]
 
 
-def _char_pieces(text: str) -> list[Piece]:
-    return [(c, i, i + 1) for i, c in enumerate(text) if not c.isspace()]
+def _char_pieces(text: str, at: int = 0) -> list[Piece]:
+    return [(c, at + i, at + i + 1) for i, c in enumerate(text) if not c.isspace()]
 
 
-def _jieba_pieces(text: str) -> list[Piece]:
-    out, pos = [], 0
+def _jieba_pieces(text: str, at: int = 0) -> list[Piece]:
+    out = []
     for word in jieba_words(text):  # the words cover the text, in order
+        end = at + len(word)
         if word.strip():
-            out.append((word, pos, pos + len(word)))
-        pos += len(word)
+            out.append((word, at, end))
+        at = end
     return out
 
 
-_KINDS: dict[str, Callable[[str], list[Piece]]] = {
+_KINDS: dict[str, Callable[[str, int], list[Piece]]] = {
     "word": _word_pieces, "char": _char_pieces, "jieba": _jieba_pieces,
 }
 
@@ -71,11 +75,18 @@ class Tokenizer:
 
     def pieces(self, text: str, cuts: set[int]) -> list[Piece]:
         """Tokens of ``text``, never crossing a character position in ``cuts``."""
+        return self._cut_pieces(text, cuts)[0]
+
+    def _cut_pieces(self, text: str, cuts: set[int]) -> tuple[list[Piece], dict[int, int]]:
+        """``pieces`` and, for each cut, the index of the first token at or after it."""
         bounds = sorted({0, len(text), *cuts})
         out: list[Piece] = []
+        first: dict[int, int] = {}
         for a, b in zip(bounds, bounds[1:]):
-            out.extend((tok, a + s, a + e) for tok, s, e in self._pieces(text[a:b]))
-        return out
+            first[a] = len(out)
+            out += self._pieces(text[a:b], a)
+        first[bounds[-1]] = len(out)
+        return out, first
 
     def __call__(self, record: Record, max_len: int) -> Tokenized:
         h, t = record.head, record.tail
@@ -84,11 +95,16 @@ class Tokenizer:
             for tok in record.tokens:
                 pieces.append((tok, pos, pos + len(tok)))
                 pos += len(tok) + 1
+            head = _token_span(pieces, h.start, h.end)
+            tail = _token_span(pieces, t.start, t.end)
         else:
-            pieces = self.pieces(record.text, {h.start, h.end, t.start, t.end})
-        tokens = [p[0].lower() if self.lowercase else p[0] for p in pieces]
-        head = _token_span(pieces, h.start, h.end)
-        tail = _token_span(pieces, t.start, t.end)
+            # Cut at the entity edges, the tokens of an entity are those from its start's
+            # first token to its end's.
+            pieces, first = self._cut_pieces(record.text, {h.start, h.end, t.start, t.end})
+            head, tail = (first[h.start], first[h.end]), (first[t.start], first[t.end])
+            # Readers reject blank entities, so each has a token.
+            assert head[0] < head[1] and tail[0] < tail[1], f"an entity of {record.text!r} has no token"
+        tokens = [p[0].lower() for p in pieces] if self.lowercase else [p[0] for p in pieces]
         return truncate(tokens, head, tail, max_len)
 
 
