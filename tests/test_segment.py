@@ -75,16 +75,18 @@ def test_added_words_send_sentences_to_jieba(monkeypatch):
     assert "抗清英雄黄" in segment.jieba_words(text)
 
 
-# Characters the HMM knows in every state, in some, and in none: its ties and impossible paths.
+# Characters by the states whose emission tables hold them (BMES, S, none, BS, ME, ...): drawn
+# evenly from each such group, runs hit the HMM's ties and impossible paths, where its
+# tie-breaks decide the words.
 _EMIT = jieba.finalseg.emit_P
-_HAN_CHARS = [chr(c) for c in range(0x4E00, 0x9FD6)]
-_KNOWN = [c for c in _HAN_CHARS if sum(c in _EMIT[y] for y in "BMES") == 4][:400]
-_SOME = [c for c in _HAN_CHARS if 0 < sum(c in _EMIT[y] for y in "BMES") < 4][:200]
-_NONE = [c for c in _HAN_CHARS if not any(c in _EMIT[y] for y in "BMES")][:200]
+_GROUPS: dict[str, list[str]] = {}
+for _c in map(chr, range(0x4E00, 0x9FD6)):
+    _GROUPS.setdefault("".join(y for y in "BMES" if _c in _EMIT[y]), []).append(_c)
+_RUN_CHARS = st.sampled_from(sorted(_GROUPS)).flatmap(lambda k: st.sampled_from(_GROUPS[k][:20]))
 
 
-@settings(max_examples=600, deadline=None)
-@given(st.text(alphabet=st.sampled_from(_KNOWN + _SOME + _NONE + list("ab1.%")), min_size=1, max_size=40))
+@settings(max_examples=800, deadline=None)
+@given(st.lists(_RUN_CHARS | st.sampled_from(list("ab1.%")), min_size=1, max_size=12).map("".join))
 def test_hmm_gives_finalseg_words(run):
     assert jieba_hmm.cut(run) == list(jieba.finalseg.cut(run))
 
@@ -111,3 +113,34 @@ def test_changed_counts_and_deleted_words_send_sentences_to_jieba(monkeypatch):
     jieba.del_word("不错")  # count 0 and forced apart in the HMM: the total is unchanged
     assert segment._fast() is None
     assert segment.jieba_words(text) == jieba.lcut(text)
+
+
+# Real sentences for machines without ../shared/data: names and places jieba's dictionary lacks
+# (the HMM's runs), numbers, letters and full-width punctuation.
+SENTENCES = [
+    "明朝末年抗清英雄黄得功，本姓王，安徽合肥人后改姓黄。",
+    "欧阳震华出生于香港，1980年加入无线电视，主演过《创世纪》。",
+    "张艺谋执导的电影《英雄》于2002年12月在北京首映，票房超过2.5亿元。",
+    "司马迁撰写的《史记》记载了从黄帝到汉武帝约三千年的历史。",
+    "钱钟书与杨绛于1935年结婚，婚后同赴英国牛津大学留学。",
+    "诸葛亮躬耕于南阳卧龙岗，刘备三顾茅庐请他出山。",
+    "小米公司创始人雷军毕业于武汉大学计算机系，曾任金山软件CEO。",
+    "谷爱凌在北京冬奥会自由式滑雪女子大跳台比赛中夺得金牌。",
+    "浙江省绍兴市柯桥区齐贤镇的羊山石佛寺始建于隋朝开皇年间。",
+    "阿里巴巴集团的总部位于杭州市余杭区文一西路969号。",
+    "鲁迅原名周树人，字豫才，浙江绍兴人，代表作有《呐喊》《彷徨》。",
+    "郎平担任中国女排主教练期间，球队获得了2016年里约奥运会冠军。",
+    "苏轼，字子瞻，号东坡居士，眉州眉山人，与父苏洵、弟苏辙合称三苏。",
+    "华为技术有限公司成立于1987年，总部位于广东省深圳市龙岗区坂田街道。",
+    "据新华社报道，嫦娥五号探测器于2020年11月24日在文昌航天发射场成功发射。",
+]
+
+
+def test_written_sentences_and_their_runs_as_jieba_cuts_them(monkeypatch):
+    runs = []
+    fast_cut = jieba_hmm.cut
+    monkeypatch.setattr(jieba_hmm, "cut", lambda run: runs.append(run) or fast_cut(run))
+    for text in SENTENCES:
+        assert segment.jieba_words(text) == jieba.lcut(text), text
+    assert len(runs) >= len(SENTENCES)  # the HMM had work
+    assert [fast_cut(r) for r in runs] == [list(jieba.finalseg.cut(r)) for r in runs]
