@@ -96,7 +96,7 @@ class Predictor:
     def split_probabilities(self, split: Split, batch_size: int | None = None,
                             progress: bool = False) -> np.ndarray:
         """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``:
-        128 on a CPU (the CNN's fastest here: batches of 256 were 5-10% slower), 256 on a GPU."""
+        128 on a CPU (the CNN's fastest here: batches of 256 were 4-12% slower), 256 on a GPU."""
         data = self.split_dataset(split)
         batch_size = batch_size or (128 if self.device.type == "cpu" else 256)
         return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),

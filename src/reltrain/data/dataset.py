@@ -201,11 +201,13 @@ class EvalBatchSampler(Sampler[list[int]]):
         order = np.argsort(lengths, kind="stable")
         ranked = np.asarray(lengths)[order]
         budget = batch_size * max(float(np.median(ranked)), 1.0) if len(ranked) else 0.0
+        counts = np.arange(1, batch_size + 1)
         self.batches, start = [], 0
         while start < len(order):
             # Sorted, so a batch's last example is its longest: the padded size of the first n
             # examples from ``start`` is n * ranked[start + n - 1], which grows with n.
-            padded = np.arange(1, batch_size + 1)[:len(order) - start] * ranked[start:start + batch_size]
+            longest = ranked[start:start + batch_size]
+            padded = counts[:len(longest)] * longest
             n = max(int((padded <= budget).sum()), 1)
             self.batches.append(order[start:start + n].tolist())
             start += n

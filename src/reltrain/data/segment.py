@@ -128,4 +128,3 @@ def _flush(run: str, out: list[str], freq: dict) -> None:
         out.extend(jieba_hmm.cut(run))
     else:
         out.extend(run)
-

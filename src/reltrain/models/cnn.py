@@ -59,7 +59,7 @@ class CNNClassifier(nn.Module):
                 and isinstance(self.act, nn.ReLU) and not torch.onnx.is_in_onnx_export())
 
     def _cpu_inference_forward(self, word, pos_head, pos_tail, masks):
-        """The same function for prediction and evaluation on a CPU, 20% faster (probabilities
+        """The same function for prediction and evaluation on a CPU, 16-19% faster (probabilities
         within 1e-6 of the training forward's: another convolution kernel's summation order).
 
         The convolutions run as 2-D ones on a channels-last (B, D, 1, L) view of the embeddings:
@@ -69,9 +69,8 @@ class CNNClassifier(nn.Module):
         so the ReLU touches (B, F) instead of (B, F, L); a piece with no token gives
         relu(-inf) = 0, as ``masked_max`` does. The mask is added as 0 / -inf."""
         x = self.embed(word, pos_head, pos_tail)[:, None].permute(0, 3, 1, 2)  # (B, D, 1, L)
-        away = [torch.zeros(keep.shape, dtype=x.dtype).masked_fill_(~keep, float("-inf"))
-                for keep in masks]
-        away = [a[:, None, :, None] for a in away]  # (B, 1, L, 1)
+        away = [torch.zeros(keep.shape, dtype=x.dtype).masked_fill_(~keep, float("-inf"))[:, None, :, None]
+                for keep in masks]  # (B, 1, L, 1)
         pooled = [[] for _ in masks]
         for conv in self.convs:
             weight = conv.weight[:, :, None, :].contiguous(memory_format=torch.channels_last)
