@@ -10,6 +10,7 @@ import logging
 import multiprocessing
 import signal
 from collections.abc import Callable
+from contextlib import contextmanager
 
 log = logging.getLogger(__name__)
 
@@ -26,18 +27,23 @@ def call(fn: Callable, *args):
     context = multiprocessing.get_context("fork")
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_send_result, args=(send, fn, *args))
-    child.start()
-    send.close()
     try:
+        with signals_held():
+            child.start()
+        send.close()
         ok, value = receive.recv()
     except EOFError:
         child.join()
         raise RuntimeError(f"the child process for {fn.__name__} ended with exit code "
                            f"{child.exitcode} and no result") from None
     except BaseException:
-        child.terminate()
-        child.join()
+        if child.pid is not None:
+            child.terminate()
+            child.join()
         raise
+    finally:
+        send.close()
+        receive.close()
     child.join()
     if ok:
         return value
@@ -56,10 +62,42 @@ def _send_result(send, fn: Callable, *args) -> None:
         send.send((False, RuntimeError(f"{fn.__name__}: {result[1]!r} ({exc})")))
 
 
+# The signals reltrain's processes turn into a stop (training/preemption.py). SIGHUP: the
+# terminal of a foreground run was closed (torchrun passes it on to workers too). SIGUSR1:
+# Slurm's warning before the time limit (#SBATCH --signal=USR1@120).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+
+
+@contextmanager
+def signals_held():
+    """Around a fork: the stop signals that arrive meanwhile wait until it is over.
+
+    Python runs a signal's handler at the next Python line, and inside ``os.fork`` that is an
+    at-fork callback (logging's lock): the handler's exception (Preempted, KeyboardInterrupt)
+    is printed as "Exception ignored" and dropped, so Ctrl-C is lost with a traceback on the
+    screen. Held, the signal is handled when this block ends, in code that can raise. A child
+    forked meanwhile starts with them held too (pending ones stay with the parent) and lets
+    them in with ``let_signals_in`` once its own handlers are set."""
+    if not hasattr(signal, "pthread_sigmask"):
+        yield
+        return
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+def let_signals_in() -> None:
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+
+
 def _quiet_signals() -> None:
     """The parent handles Ctrl-C and stops the child; SIGTERM ends the child without a word."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    let_signals_in()
 
 
 class Background:
@@ -76,7 +114,8 @@ class Background:
             return
         self._child = multiprocessing.get_context("fork").Process(target=_quietly_logged,
                                                                   args=(fn, *args))
-        self._child.start()
+        with signals_held():
+            self._child.start()
 
     def wait(self) -> None:
         if self._child is not None:

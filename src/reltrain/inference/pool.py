@@ -15,6 +15,8 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
+from reltrain.forked import let_signals_in, signals_held
+
 _PREDICTOR = None  # the predictor the workers inherit through fork
 
 
@@ -36,6 +38,7 @@ def _start_worker() -> None:
     import torch
 
     torch.set_num_threads(1)  # one process per core does the parallel work
+    let_signals_in()
     single = getattr(_PREDICTOR.model, "single_threaded", None)
     if single:  # an onnxruntime session: its thread pool did not come through fork
         single()
@@ -60,7 +63,8 @@ def ordered_map(fn: Callable, items: Iterable, predictor, workers: int) -> Itera
             pending: deque = deque()
             try:
                 for item in items:
-                    pending.append(pool.submit(_call, fn, item))
+                    with signals_held():  # the first submit forks the workers
+                        pending.append(pool.submit(_call, fn, item))
                     if len(pending) > 2 * workers:
                         yield pending.popleft().result()
                 while pending:

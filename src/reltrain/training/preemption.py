@@ -8,6 +8,7 @@ import threading
 from contextlib import contextmanager
 
 from reltrain.errors import Preempted
+from reltrain.forked import STOP_SIGNALS
 
 log = logging.getLogger(__name__)
 
@@ -21,9 +22,7 @@ class StopRequest:
     signal of the same kind acts as usual (Ctrl-C twice interrupts at once).
     """
 
-    # SIGHUP: the terminal of a foreground run was closed (torchrun passes it on to workers too).
-    # SIGUSR1: Slurm's warning before the time limit (#SBATCH --signal=USR1@120).
-    SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
+    SIGNALS = STOP_SIGNALS
 
     def __init__(self, announce: bool = True):
         self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)
@@ -39,6 +38,8 @@ class StopRequest:
 
     @contextmanager
     def training(self):
+        if self.signum:  # handled where Python drops exceptions (a finalizer): stop here at least
+            raise Preempted(self.signum, when="before training or after it; nothing new to save")
         self._deferring = True
         try:
             yield
