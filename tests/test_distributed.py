@@ -194,3 +194,30 @@ def test_predict_on_two_processes_writes_the_same_bytes_as_one(runs, odd_data, t
     bad = user_error(run_cli("predict", ckpt, str(data), "--chunk-rows", "7", "--devices", "2",
                              "--output", str(tmp_path / "x.jsonl")))  # the bad row is rank 1's
     assert "data.jsonl:11" in bad and not (tmp_path / "x.jsonl").exists()
+
+
+
+# A whole reltrain run in each rank (run_train ends with teardown), then the threads left.
+TEARDOWN_SCRIPT = """
+import json, os, sys
+from pathlib import Path
+from reltrain.config import load_config
+from reltrain.train import run_train
+
+run_train(load_config(overrides=sys.argv[2:]))
+names = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task"))
+Path(sys.argv[1], os.environ["RANK"] + ".json").write_text(json.dumps(names))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread names from /proc")
+def test_no_gloo_thread_outlives_a_run(tmp_path):
+    """A process group still held after teardown is freed while the interpreter shuts down,
+    where gloo's threads now and then aborted a rank that had finished its work."""
+    script = tmp_path / "teardown.py"
+    script.write_text(TEARDOWN_SCRIPT)
+    ok(torchrun(2, str(script), str(tmp_path), *COMMON, "train.epochs=1", "train.batch_size=8",
+                f"output_dir={tmp_path / 'run'}"))
+    for rank in (0, 1):
+        threads = json.loads((tmp_path / f"{rank}.json").read_text())
+        assert threads and not [name for name in threads if "gloo" in name], threads

@@ -8,6 +8,7 @@ asks "am I distributed?". Collectives are torch's own (nccl on GPUs, gloo on CPU
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import os
@@ -265,6 +266,7 @@ def setup(device: str, dist_cfg) -> DistContext:
         if backend == "nccl" and dev.type != "cuda":
             raise UserError("dist.backend=nccl needs CUDA devices; use gloo on CPU")
         if not dist.is_initialized():
+            _import_before_joining()
             timeout = timedelta(seconds=dist_cfg.timeout_s)
             store = _attempt_store(timeout)
             extra = {} if store is None else {"store": store, "rank": rank, "world_size": world_size}
@@ -273,6 +275,17 @@ def setup(device: str, dist_cfg) -> DistContext:
     elif strategy == "dp":
         ctx.dp_devices = _dp_devices(dev, list(dist_cfg.dp_devices))
     return ctx
+
+
+def _import_before_joining() -> None:
+    """torch.distributed.nn's functions default to ``group=group.WORLD``, a value taken when the
+    module is first imported. DDP imports it (through torch._dynamo) once the group exists, so
+    the defaults then held the world group for good: destroy_process_group() left its gloo
+    threads running, and the group was only freed while the interpreter shut down, which now and
+    then aborted a finished rank ("terminate called without an active exception"). Imported
+    before the group exists, the defaults are None. tests/test_distributed.py checks that no
+    gloo thread outlives ``teardown``."""
+    importlib.import_module("torch.distributed.nn")
 
 
 def _attempt_store(timeout: timedelta):
