@@ -205,3 +205,19 @@ def test_ctrl_c_while_the_devices_workers_preprocess(tmp_path):
     wait_for(lambda: not tagged_processes(tag), timeout=30)
     text = stderr.read_text()
     assert "Traceback" not in text and text.count("stopped by SIGINT") == 1, text[-3000:]
+
+
+def test_a_signal_while_starting_is_noted_and_stops_the_run_after_the_imports():
+    """`reltrain train` imports torch under StopRequest.noted(): raised in the middle of an
+    extension module's import, the signal's exception left numpy half-loaded in a worker."""
+    from reltrain.errors import Preempted
+    from reltrain.training.preemption import StopRequest
+
+    before, reached = signal.getsignal(signal.SIGUSR1), False
+    with pytest.raises(Preempted) as stopped:
+        with StopRequest(announce=False).noted():
+            os.kill(os.getpid(), signal.SIGUSR1)
+            reached = True  # the signal did not cut the block short
+    assert reached and stopped.value.exit_code == 128 + signal.SIGUSR1
+    assert "while starting" in str(stopped.value)
+    assert signal.getsignal(signal.SIGUSR1) is before

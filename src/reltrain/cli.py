@@ -129,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reltrain: {exc}{_resume_hint(args, exc)}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("reltrain: interrupted", file=sys.stderr)
+        if os.environ.get("RANK", "0") == "0":
+            print("reltrain: interrupted", file=sys.stderr)
         return 130
 
 
@@ -154,28 +155,25 @@ def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
         if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
             os.environ["LOCAL_RANK"] = str(args.local_rank)
-        from reltrain.config import load_config
+        from reltrain.training.preemption import StopRequest
 
-        cfg = load_config(args.config, args.overrides)
-        if args.command == "train" and cfg.devices > 1:
-            from reltrain.training.distributed import launched
-
-            if not launched():
-                from reltrain.launch import run_local_workers
-
-                from reltrain.training.run_dir import new_run_dir
-
-                config = ["--config", args.config] if args.config else []
-                # The run directory is named here, so that a rerun can name it too.
-                run_dir = [] if cfg.output_dir else [f"output_dir={new_run_dir(cfg)}"]
-                return run_local_workers(cfg.devices, ["train", *config, *args.overrides, *run_dir])
-        if args.command == "preprocess":
+        with StopRequest(announce=False).noted():  # Ctrl-C while torch is imported: after it
+            from reltrain.config import load_config
+            from reltrain.launch import run_local_workers
             from reltrain.preprocess_cmd import run_preprocess
+            from reltrain.train import run_train
+            from reltrain.training.distributed import launched
+            from reltrain.training.run_dir import new_run_dir
 
+            cfg = load_config(args.config, args.overrides)
+        if args.command == "train" and cfg.devices > 1 and not launched():
+            config = ["--config", args.config] if args.config else []
+            # The run directory is named here, so that a rerun can name it too.
+            run_dir = [] if cfg.output_dir else [f"output_dir={new_run_dir(cfg)}"]
+            return run_local_workers(cfg.devices, ["train", *config, *args.overrides, *run_dir])
+        if args.command == "preprocess":
             run_preprocess(cfg)
         else:
-            from reltrain.train import run_train
-
             run_train(cfg)
     elif args.command == "export":
         from reltrain.inference.export import export_model

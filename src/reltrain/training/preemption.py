@@ -26,7 +26,7 @@ class StopRequest:
 
     def __init__(self, announce: bool = True):
         self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)
-        self._deferring = False
+        self._deferring = self._noting = False
         self._previous: dict = {}
 
     def install(self) -> "StopRequest":
@@ -46,9 +46,27 @@ class StopRequest:
         finally:
             self._deferring = False
 
+    @contextmanager
+    def noted(self):
+        """Inside, a signal is only noted; on leaving, the handlers are put back and a noted
+        signal stops the program with ``Preempted``. For the start of ``reltrain train``, which
+        imports torch: raised in the middle of an extension module's import, the exception left
+        numpy half-loaded in a torchrun worker (an ImportError traceback on the next import)."""
+        self._noting = True
+        self.install()
+        try:
+            yield
+        finally:
+            self._noting = False
+            self.restore()
+        if self.signum:
+            raise Preempted(self.signum, when="while starting; nothing to save")
+
     def _handle(self, signum, frame) -> None:
         self.signum = signum
         signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
+        if self._noting:
+            return
         if not self._deferring:
             raise Preempted(signum, when="before training or after it; nothing new to save")
         if self.announce:
