@@ -117,21 +117,27 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     from reltrain.logs import setup_console_logging
 
-    setup_console_logging(os.environ.get("RANK", "0") == "0")
+    setup_console_logging(_first_rank())
     try:
         return _dispatch(args)
     except UserError as exc:
-        if not exc.shared or os.environ.get("RANK", "0") == "0":  # an agreed error: said once
+        if not exc.shared or _first_rank():  # an agreed error
             print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except Preempted as exc:
-        if os.environ.get("RANK", "0") == "0":  # one message for the job, not one per rank
+        if _first_rank():
             print(f"reltrain: {exc}{_resume_hint(args, exc)}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        if os.environ.get("RANK", "0") == "0":
+        if _first_rank():
             print("reltrain: interrupted", file=sys.stderr)
         return 130
+
+
+def _first_rank() -> bool:
+    """What concerns the whole job is said once. Read when needed: under srun, RANK is only set
+    once the run has joined its group (training/distributed.py: setup)."""
+    return os.environ.get("RANK", "0") == "0"
 
 
 def _resume_hint(args, exc: Preempted) -> str:

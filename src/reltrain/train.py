@@ -61,7 +61,7 @@ def run_train(cfg: Config) -> dict:
         raise
     except Exception:
         if stop.signum:  # a collective broke because the other ranks stopped on the same signal
-            raise Preempted(stop.signum, when="before training or after it; nothing new to save") from None
+            raise stop.stopped() from None
         raise
     finally:
         stop.restore()

@@ -22,8 +22,6 @@ class StopRequest:
     signal of the same kind acts as usual (Ctrl-C twice interrupts at once).
     """
 
-    SIGNALS = STOP_SIGNALS
-
     def __init__(self, announce: bool = True):
         self.signum, self.announce = 0, announce  # announce: say so in the log (rank 0 only)
         self._deferring = self._noting = False
@@ -31,7 +29,7 @@ class StopRequest:
 
     def install(self) -> "StopRequest":
         if threading.current_thread() is threading.main_thread():
-            for sig in self.SIGNALS:
+            for sig in STOP_SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup: the user asked to ignore it
                     self._previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -39,7 +37,7 @@ class StopRequest:
     @contextmanager
     def training(self):
         if self.signum:  # handled where Python drops exceptions (a finalizer): stop here at least
-            raise Preempted(self.signum, when="before training or after it; nothing new to save")
+            raise self.stopped()
         self._deferring = True
         try:
             yield
@@ -62,13 +60,17 @@ class StopRequest:
         if self.signum:
             raise Preempted(self.signum, when="while starting; nothing to save")
 
+    def stopped(self) -> Preempted:
+        """The stop outside training: there is no new state to save."""
+        return Preempted(self.signum, when="before training or after it; nothing new to save")
+
     def _handle(self, signum, frame) -> None:
         self.signum = signum
         signal.signal(signum, self._previous.get(signum, signal.SIG_DFL))
         if self._noting:
             return
         if not self._deferring:
-            raise Preempted(signum, when="before training or after it; nothing new to save")
+            raise self.stopped()
         if self.announce:
             log.warning("received %s: saving a checkpoint at the next step, then stopping",
                         signal.Signals(signum).name)
