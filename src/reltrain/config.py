@@ -162,17 +162,59 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     return cfg
 
 
-def config_from_dict(data: dict) -> Config:
-    """Rebuild a Config saved in a checkpoint (keys unknown to this version are an error)."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
+def config_from_dict(data: object, where: str = "checkpoint") -> Config:
+    """The Config a checkpoint or an exported folder carries, read as input from a stranger.
 
-    data = {section: ({k: v for k, v in values.items() if k not in _REMOVED_KEYS.get(section, ())}
-                      if isinstance(values, dict) else values) for section, values in data.items()}
+    Plain typed values only: no OmegaConf, so no interpolation or resolver runs (``${oc.env:X}``
+    stays a string and its option's check refuses it); unknown keys are an error, missing ones
+    take their defaults (older checkpoints), and the range checks of ``validate`` apply.
+    """
+    if not isinstance(data, dict):
+        raise UserError(f"{where}: its config is not a mapping")
     try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(Config), data))
-    except OmegaConfBaseException as exc:
-        raise UserError(f"checkpoint config does not fit this reltrain: {_first_line(exc)}") from None
+        cfg = _typed_dataclass(Config, data, "")
+        validate_values(cfg)
+    except UserError as exc:
+        raise UserError(f"{where}: its config is not valid: {exc}") from None
+    return cfg
+
+
+_MAX_STRING = 4096  # characters of one string option
+_MAX_LIST = 64  # entries of one list option
+
+
+def _typed_dataclass(cls, data: dict, prefix: str):
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls)}
+    removed = _REMOVED_KEYS.get(prefix.rstrip("."), ())
+    for key in data:
+        if key not in known and key not in removed:
+            raise UserError(f"unknown key '{prefix}{str(key)[:80]}'")
+    values = {}
+    for name in known & set(data):
+        kind, value, key = hints[name], data[name], prefix + name
+        if dataclasses.is_dataclass(kind):
+            if not isinstance(value, dict):
+                raise UserError(f"{key} is not a mapping")
+            values[name] = _typed_dataclass(kind, value, key + ".")
+        else:
+            values[name] = _typed_value(kind, value, key)
+    return cls(**values)
+
+
+def _typed_value(kind, value, key: str):
+    ok = {bool: isinstance(value, bool),
+          int: isinstance(value, int) and not isinstance(value, bool),
+          float: isinstance(value, (int, float)) and not isinstance(value, bool),
+          str: isinstance(value, str) and len(value) <= _MAX_STRING,
+          list[int]: (isinstance(value, list) and len(value) <= _MAX_LIST
+                      and all(isinstance(v, int) and not isinstance(v, bool) for v in value))}[kind]
+    if not ok:
+        raise UserError(f"{key} must be {getattr(kind, '__name__', str(kind))}, not "
+                        f"{type(value).__name__}" + (" (too long)" if isinstance(value, (str, list)) else ""))
+    return float(value) if kind is float else list(value) if kind == list[int] else value
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
@@ -184,7 +226,11 @@ def _option_error(exc) -> str:
 
     key = getattr(exc, "full_key", None)
     if isinstance(exc, (ConfigKeyError, ConfigAttributeError)) and key:
-        return f"bad option: unknown key '{key}' (see 'reltrain train --help')"
+        import difflib
+
+        close = difflib.get_close_matches(str(key), option_keys(), n=1, cutoff=0.6)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        return f"bad option: unknown key '{key}' ({hint}see 'reltrain train --help')"
     where = f"{key}: " if key else ""
     return f"bad option: {where}{_first_line(exc)}"
 
@@ -198,8 +244,29 @@ def _check(ok: bool, message: str) -> None:
         raise UserError(message)
 
 
+# Upper bounds: a config from a stranger must not build a model of 10^12 layers or widths.
+MAX_WIDTH = 65536
+MAX_LAYERS = 256
+
+
 def validate(cfg: Config) -> None:
-    """Range and choice checks that types alone cannot express."""
+    """``validate_values``, then the files and folders the options name exist."""
+    validate_values(cfg)
+    d, m = cfg.data, cfg.model
+    for key in ("train", "valid", "test", "labels"):
+        path = getattr(d, key)
+        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}")
+    _check(not m.word_vectors or Path(m.word_vectors).is_file(),
+           f"model.word_vectors: file not found: {m.word_vectors}")
+    if m.name == "lm":
+        _check(bool(m.pretrained) and Path(m.pretrained).is_dir(),
+               f"model.name=lm needs model.pretrained=<local model folder>; not a folder: '{m.pretrained}'")
+    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
+           f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
+
+
+def validate_values(cfg: Config) -> None:
+    """Range and choice checks that types alone cannot express (no file is looked at)."""
     d, m, t, dist = cfg.data, cfg.model, cfg.train, cfg.dist
     # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
     cfg.log.progress = str(cfg.log.progress).lower()
@@ -214,9 +281,8 @@ def validate(cfg: Config) -> None:
     _check(d.min_freq >= 1, "data.min_freq must be at least 1")
     _check(d.pos_limit >= 1, "data.pos_limit must be at least 1")
     _check(d.num_workers >= 0, "data.num_workers must be >= 0")
-    for key in ("train", "valid", "test", "labels"):
-        path = getattr(d, key)
-        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}")
+    _check(d.max_len <= 1_000_000 and d.pos_limit <= 100_000,
+           "data.max_len must be at most 1000000 and data.pos_limit at most 100000")
     _check(bool(d.train) or not (d.valid or d.test), "data.valid/data.test given without data.train")
     _check(m.word_dim > 0 and m.pos_dim > 0 and m.num_filters > 0, "model sizes must be positive")
     _check(bool(m.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in m.kernel_sizes),
@@ -228,15 +294,14 @@ def validate(cfg: Config) -> None:
     _check(m.tf_dim % m.tf_heads == 0, "model.tf_dim must be a multiple of model.tf_heads")
     _check(min(m.rnn_hidden, m.rnn_layers, m.tf_dim, m.tf_layers, m.tf_heads, m.tf_ff) > 0,
            "model sizes must be positive")
-    _check(not m.word_vectors or Path(m.word_vectors).is_file(),
-           f"model.word_vectors: file not found: {m.word_vectors}")
+    _check(max(m.word_dim, m.pos_dim, m.num_filters, m.rnn_hidden, m.tf_dim, m.tf_ff, m.tf_heads,
+               *m.kernel_sizes) <= MAX_WIDTH and len(m.kernel_sizes) <= 16,
+           f"model sizes must be at most {MAX_WIDTH}, with at most 16 kernel sizes")
+    _check(max(m.rnn_layers, m.tf_layers) <= MAX_LAYERS, f"model layers must be at most {MAX_LAYERS}")
     _check(m.lm_pooling in ("entity", "cls"), "model.lm_pooling must be entity or cls")
     _check(m.lm_markers in ("plain", "typed"), "model.lm_markers must be plain or typed")
     _check(m.lm_add_chars >= 0, "model.lm_add_chars must be >= 0")
-    if m.name == "lm":
-        _check(bool(m.pretrained) and Path(m.pretrained).is_dir(),
-               f"model.name=lm needs model.pretrained=<local model folder>; not a folder: '{m.pretrained}'")
-        _check(not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
+    _check(m.name != "lm" or not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
     _check(t.epochs >= 1, "train.epochs must be at least 1")
     _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
     _check(t.accum_steps >= 1, "train.accum_steps must be at least 1")
@@ -262,8 +327,6 @@ def validate(cfg: Config) -> None:
     _check(all(i >= 0 for i in dist.dp_devices), "dist.dp_devices must be GPU ids >= 0")
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
     _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
-    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
-           f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
     check_device_name(cfg.device)
 
 
@@ -271,6 +334,16 @@ def check_device_name(name: str) -> None:
     """A one-line error for a device name reltrain does not know (before anything starts)."""
     _check(name in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", str(name)) is not None,
            f"device must be {DEVICE_NAMES}, not '{name}'")
+
+
+def option_keys(obj=None, prefix: str = "") -> list[str]:
+    """Every dotted option name, as ``key=value`` takes it."""
+    obj, out = (Config() if obj is None else obj), []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        out += (option_keys(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value)
+                else [prefix + f.name])
+    return out
 
 
 def describe_options() -> str:

@@ -10,18 +10,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain.config import Config, config_from_dict
+from reltrain.artifacts import Artifact, build_checked_model, is_exported, load_artifact
+from reltrain.config import Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import Split, encode_records
 from reltrain.data.schema import Entity, EntitySentence, Record
-from reltrain.errors import UserError
-from reltrain.models import build_model
+from reltrain.errors import SharedUserError, UserError
 from reltrain.output import check_output, output_stream
 from reltrain.precision import FP32, Precision
 from reltrain.precision import resolve as resolve_precision
 from reltrain.training import distributed as D
-from reltrain.training.checkpoint import load_checkpoint
 from reltrain.training.evaluation import eval_loader, predict_probs
 
 log = logging.getLogger("reltrain.predict")
@@ -41,6 +40,7 @@ class Predictor:
         self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
         self.precision = precision or FP32
         self.label_index = {name: i for i, name in enumerate(labels)}
+        self.card: dict = {}  # the model card's metrics ("test", "best"), when it has them
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -50,31 +50,32 @@ class Predictor:
         every rank predicts a share (evaluate). ``runtime="onnx"``: run the folder's
         ``model.onnx`` with onnxruntime. ``amp``: auto, off, bf16 or fp16, as train.amp
         (reltrain/precision.py)."""
-        if ctx is None:
-            ctx = D.DistContext(device=device if isinstance(device, torch.device)
-                                else D.resolve_device(device))
-        from reltrain.inference.export import is_exported, read_exported
-
         if runtime not in ("torch", "onnx"):
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
-        exported = is_exported(path)
-        payload = read_exported(path) if exported else load_checkpoint(path, map_location="cpu")
-        config = config_from_dict(payload["config"])
-        labels = list(payload["labels"])
-        encoder = identity_encoder(payload, config.data)
-        if runtime == "onnx":
-            model = _onnx_model(Path(path), exported, ctx.device)
-            precision = Precision(None, "onnxruntime runs the exported fp32 graph")
+        ctx = ctx or _context(device)
+        onnx = _onnx_model(Path(path), is_exported(path), ctx.device) if runtime == "onnx" else None
+        return cls.from_artifact(load_artifact(path), str(path), ctx=ctx, amp=amp, onnx=onnx)
+
+    @classmethod
+    def from_artifact(cls, artifact: Artifact, where: str, device: str | torch.device = "cpu",
+                      ctx: D.DistContext | None = None, amp: str = "auto",
+                      onnx: torch.nn.Module | None = None) -> "Predictor":
+        """The predictor of a checked ``Artifact``; ``onnx``: an onnxruntime model to run instead
+        of the weights."""
+        ctx = ctx or _context(device)
+        config, labels = artifact.config, artifact.labels
+        encoder = identity_encoder(artifact.identity(), config.data)
+        if onnx is not None:
+            if onnx.num_labels not in (None, len(labels)):
+                raise UserError(f"{where}: model.onnx gives {onnx.num_labels} scores for "
+                                f"{len(labels)} labels")
+            model, precision = onnx, Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
             precision = resolve_precision(amp, ctx.device, config.model.name == "lm")
-            model = build_model(config.model, encoder.size, len(labels), config.data.pos_limit,
-                                hf_config=payload.get("hf_config"), added_tokens=encoder.added_tokens)
-            try:
-                model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
-            except RuntimeError as exc:
-                raise UserError(f"{path}: weights do not fit a {config.model.name} model with this "
-                                f"vocabulary and label set ({str(exc).splitlines()[0][:160]})") from None
-        return cls(model.to(ctx.device), config, labels, encoder, ctx, precision)
+            model = build_checked_model(artifact, encoder.size, encoder.added_tokens, where)
+        predictor = cls(model.to(ctx.device), config, labels, encoder, ctx, precision)
+        predictor.card = {"test": artifact.test, "best": artifact.best}
+        return predictor
 
     def encode(self, records: list[Record]) -> Split:
         enc = self.encoder
@@ -159,6 +160,11 @@ class Predictor:
         return out
 
 
+def _context(device: str | torch.device) -> D.DistContext:
+    return D.DistContext(device=device if isinstance(device, torch.device)
+                         else D.resolve_device(device))
+
+
 def _onnx_model(path: Path, exported: bool, device: torch.device):
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel
 
@@ -234,6 +240,9 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                                               amp=amp)
         if ctx.is_main:
             log.info(predictor.precision.describe())
+        if not 1 <= top_k <= len(predictor.labels):
+            raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
+                                  f"model's relations), not {top_k}")
         if data is None:
             if text is None or head is None or tail is None:
                 raise UserError("give a DATA file, or --text with --head and --tail")
@@ -273,8 +282,6 @@ def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterato
     if not ctx.distributed:
         yield from mine
         return
-    from reltrain.errors import SharedUserError
-
     done = False
     while True:
         part = None

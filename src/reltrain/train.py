@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from reltrain.artifacts import strip_wrapper_prefixes
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
@@ -172,7 +173,7 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
                         f"of {cfg.model.pretrained}: set data.max_len={positions} or less")
     if payload:  # load into the plain model, then wrap
-        model.load_state_dict(D.strip_wrapper_prefixes(payload["model"]))
+        model.load_state_dict(strip_wrapper_prefixes(payload["model"]))
     elif cfg.model.word_vectors:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):

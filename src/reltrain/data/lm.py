@@ -17,12 +17,10 @@ from collections import Counter
 from collections.abc import Iterable
 from pathlib import Path
 
+from reltrain.artifacts import TOKENIZER_FILES
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, truncate
 from reltrain.errors import UserError
-
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
 
 
 def _markers(role: str, type_: str | None) -> tuple[str, str]:
@@ -73,8 +71,9 @@ class LMTokenizer:
 
         try:
             hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
-        except (OSError, ValueError) as exc:
-            raise UserError(f"cannot load a tokenizer from {folder}: {str(exc).splitlines()[0]}") from None
+        except Exception as exc:  # tokenizers' Rust errors are plain Exceptions; all mean "unusable"
+            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+            raise UserError(f"cannot load a tokenizer from {folder}: {first}") from None
         return cls(hf, types, added)
 
     @classmethod

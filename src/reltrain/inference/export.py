@@ -6,30 +6,47 @@
     tokenizer files     the pretrained tokenizer with the entity markers and added characters (lm)
     README.md           a model card: YAML header, test metrics, training data, how to use it
 
-``read_exported`` turns the folder back into what a checkpoint holds, so everything that loads
-a checkpoint (``reltrain.load``, ``predict``, ``evaluate``) takes the folder too.
+``reltrain.artifacts`` reads the folder back (as input from a stranger) into what a checkpoint
+holds, so everything that loads a checkpoint (``reltrain.load``, ``predict``, ``evaluate``,
+``serve``, ``export`` itself) takes the folder too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
+import shutil
 from pathlib import Path
 
+from reltrain.artifacts import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
+                                is_exported, load_artifact, metric_values)
 from reltrain.errors import UserError
 
 log = logging.getLogger(__name__)
 
-FORMAT = "reltrain-export"
-VERSION = 1
-WEIGHTS = "model.safetensors"
+
+def model_source(path: str | Path) -> Path:
+    """What ``path`` names as a model: a checkpoint, an exported folder, or a run directory
+    (its ``checkpoints/best.pt``)."""
+    path = Path(path)
+    if path.is_dir() and not is_exported(path):
+        best = path / "checkpoints" / "best.pt"
+        if not best.is_file():
+            raise UserError(f"{path}: neither an exported folder (no {CONFIG}) nor a run "
+                            f"directory (no checkpoints/best.pt)")
+        return best
+    if not path.exists():
+        raise UserError(f"{path}: not found (a checkpoint, a run directory or an exported folder)")
+    return path
 
 
-def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
-    """Write the exported folder for ``checkpoint`` (a ``.pt`` file) into ``out_dir``;
-    ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch before it is kept."""
+def export_model(source: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
+    """Write the exported folder for ``source`` (a checkpoint, a run directory or an exported
+    folder) into ``out_dir``; ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch
+    before it is kept. What ``reltrain.load`` would refuse is refused here too."""
     from reltrain import __version__
-    from reltrain.training.checkpoint import load_checkpoint
+    from reltrain.predict import Predictor
 
     if fmt not in ("safetensors", "onnx"):
         raise UserError(f"--format must be safetensors or onnx, not '{fmt}'")
@@ -38,12 +55,19 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safete
 
         _require("onnx")
         _require("onnxruntime")
-    payload = load_checkpoint(checkpoint)
+    source = model_source(source)
+    artifact = load_artifact(source)
+    Predictor.from_artifact(artifact, str(source))  # builds it: the checks of loading, here too
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder: choose a new OUT_DIR")
+    summary = {} if is_exported(source) else _run_summary(source)
+    test = artifact.test or metric_values(summary.get("test"))
+    if test is None:
+        log.warning("%s was never scored on a test set (no data.test, or the run stopped before "
+                    "its end): the model card will have no test metrics", source)
     try:
-        _write_folder(payload, Path(checkpoint), out, fmt, __version__)
+        _write_folder(artifact, out, fmt, __version__, test, summary)
     except BaseException:  # no half-written folder for the next attempt to trip on
         if out.is_dir():
             for path in out.iterdir():
@@ -52,29 +76,26 @@ def export_model(checkpoint: str | Path, out_dir: str | Path, fmt: str = "safete
     return out
 
 
-def _write_folder(payload: dict, checkpoint: Path, out: Path, fmt: str, version: str) -> None:
+def _write_folder(artifact: Artifact, out: Path, fmt: str, version: str, test: dict | None,
+                  summary: dict) -> None:
     from safetensors.torch import save_file
-
-    from reltrain.training.distributed import strip_wrapper_prefixes
 
     try:
         out.mkdir(parents=True, exist_ok=True)
-        weights = {k: v.detach().clone().contiguous()
-                   for k, v in strip_wrapper_prefixes(payload["model"]).items()}
+        config = _config_json(artifact, test, summary, version)
+        (out / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")
+        weights = {k: v.detach().clone().contiguous() for k, v in artifact.weights.items()}
         save_file(weights, str(out / WEIGHTS), metadata={"format": "pt"})
-        if payload.get("lm"):
-            for name, text in payload["lm"]["files"].items():
+        # safetensors creates its file private (0600); the folder is for sharing, as its other files
+        shutil.copymode(out / CONFIG, out / WEIGHTS)
+        if artifact.lm:
+            for name, text in artifact.lm["files"].items():  # allow-listed plain names
                 (out / name).write_text(text, encoding="utf-8")
         else:
-            (out / "vocab.json").write_text(json.dumps(payload["vocab"], ensure_ascii=False),
-                                            encoding="utf-8")
-        summary = _run_summary(checkpoint)
-        config = _config_json(payload, summary, version)
-        (out / "config.json").write_text(json.dumps(config, indent=2, ensure_ascii=False),
-                                         encoding="utf-8")
+            (out / VOCAB).write_text(json.dumps(artifact.vocab, ensure_ascii=False), encoding="utf-8")
         if fmt == "onnx":
             _add_onnx(out)
-        (out / "README.md").write_text(model_card(config, summary, out, onnx=fmt == "onnx"),
+        (out / "README.md").write_text(model_card(config, out, onnx=fmt == "onnx"),
                                        encoding="utf-8")
     except OSError as exc:
         raise UserError(f"cannot write {out}: {exc.strerror or exc}") from None
@@ -109,43 +130,45 @@ def _add_onnx(out: Path) -> None:
 
 def _run_summary(checkpoint: Path) -> dict:
     """``summary.json`` of the run the checkpoint belongs to (test metrics), when it is there."""
-    path = checkpoint.resolve().parent.parent / "summary.json"
+    path = Path(os.path.abspath(checkpoint)).parent.parent / "summary.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        summary = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
         return {}
+    return summary if isinstance(summary, dict) else {}
 
 
-def _config_json(payload: dict, summary: dict, version: str) -> dict:
-    cfg, labels = payload["config"], list(payload["labels"])
-    data = cfg["data"]
-    best = payload["state"].get("best") or summary.get("best") or {}
+def _config_json(artifact: Artifact, test: dict | None, summary: dict, version: str) -> dict:
+    from reltrain.config import to_dict
+
+    cfg, labels, data = to_dict(artifact.config), artifact.labels, artifact.config.data
+    lm = artifact.lm
     return {
-        "library_name": "reltrain", "format": FORMAT, "format_version": VERSION,
-        "reltrain_version": version, "model_type": cfg["model"]["name"],
+        "library_name": "reltrain", "format": EXPORT_FORMAT, "format_version": EXPORT_VERSION,
+        "reltrain_version": version, "model_type": artifact.config.model.name,
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
-        "preprocessing": {k: data[k] for k in ("language", "tokenizer", "lowercase", "max_len",
-                                               "pos_limit")},
-        "tokenizer": ({"kind": "pretrained", "types": payload["lm"]["types"],
-                       "added": payload["lm"]["added"], "files": sorted(payload["lm"]["files"])}
-                      if payload.get("lm") else {"kind": "words", "vocab": "vocab.json"}),
-        "hf_config": payload.get("hf_config"),
-        "metrics": {"test": {k: v for k, v in (summary.get("test") or {}).items()
-                             if k != "per_class"} or None,
-                    "best": {k: best.get(k) for k in ("metric", "value", "epoch")} if best else None},
-        "training_data": _training_data(cfg, payload, summary),
+        "preprocessing": {k: getattr(data, k) for k in ("language", "tokenizer", "lowercase",
+                                                        "max_len", "pos_limit")},
+        "tokenizer": ({"kind": "pretrained", "types": lm["types"], "added": lm["added"],
+                       "files": sorted(lm["files"])} if lm else {"kind": "words", "vocab": VOCAB}),
+        "hf_config": artifact.hf_config,
+        "metrics": {"test": test, "best": artifact.best},
+        "training_data": _training_data(cfg, artifact, summary),
         "reltrain_config": cfg,
     }
 
 
-def _training_data(cfg: dict, payload: dict, summary: dict) -> dict:
-    rows = payload.get("data_rows") or (summary.get("data") or {}).get("rows") or {}
+def _training_data(cfg: dict, artifact: Artifact, summary: dict) -> dict:
+    data = summary.get("data") if isinstance(summary.get("data"), dict) else {}
+    rows = artifact.data_rows or data.get("rows") or {}
+    rows = rows if isinstance(rows, dict) else {}
     return {split: {"file": Path(cfg["data"][split]).name if cfg["data"][split] else None,
-                    "rows": rows.get(split)} for split in ("train", "valid", "test")}
+                    "rows": rows.get(split) if isinstance(rows.get(split), int) else None}
+            for split in ("train", "valid", "test")}
 
 
-def model_card(config: dict, summary: dict, out: Path, onnx: bool = False) -> str:
+def model_card(config: dict, out: Path, onnx: bool = False) -> str:
     """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
     prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
     best = config["metrics"]["best"] or {}
@@ -161,9 +184,10 @@ def model_card(config: dict, summary: dict, out: Path, onnx: bool = False) -> st
     header.append("---")
     rows = [f"| {split} | {d['file'] or '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
             for split, d in config["training_data"].items()]
-    scores = (f"| macro-F1 | micro-F1 | macro-P | macro-R |\n|---|---|---|---|\n"
-              f"| {test['macro_f1']:.4f} | {test['micro_f1']:.4f} | {test['macro_precision']:.4f} "
-              f"| {test['macro_recall']:.4f} |" if test else "Not scored on a test set.")
+    shown = ("macro_f1", "micro_f1", "macro_precision", "macro_recall")
+    scores = ("| macro-F1 | micro-F1 | macro-P | macro-R |\n|---|---|---|---|\n| "
+              + " | ".join(f"{test[k]:.4f}" if k in test else "-" for k in shown) + " |"
+              if test else "Not scored on a test set.")
     chosen = (f"The checkpoint of epoch {best['epoch']}, chosen on validation {best['metric']} "
               f"({best['value']:.4f})." if best.get("metric") else "")
     return "\n".join(header) + f"""
@@ -204,37 +228,3 @@ model.predict_text("...", head="...", tail="...")
 Files: `model.safetensors` (weights), {"`model.onnx` (the same model as an ONNX graph), " if onnx else ""}`config.json` (options,
 `id2label`), the vocabulary or tokenizer files; nothing in this folder is pickled.
 """
-
-
-def is_exported(path: str | Path) -> bool:
-    return Path(path).is_dir() and (Path(path) / "config.json").is_file()
-
-
-def read_exported(folder: str | Path) -> dict:
-    """What a checkpoint would hold for prediction, read from an exported folder."""
-    from safetensors import SafetensorError
-    from safetensors.torch import load_file
-
-    folder = Path(folder)
-    try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise UserError(f"{folder}/config.json: not readable ({exc})") from None
-    if config.get("format") != FORMAT:
-        raise UserError(f"{folder}: not a folder written by 'reltrain export'")
-    if config.get("format_version", 0) > VERSION:
-        raise UserError(f"{folder}: written by a newer reltrain (format {config['format_version']})")
-    try:
-        weights = load_file(str(folder / WEIGHTS))
-        tok = config["tokenizer"]
-        if tok["kind"] == "pretrained":
-            lm = {"files": {name: (folder / name).read_text(encoding="utf-8") for name in tok["files"]},
-                  "types": tok["types"], "added": tok["added"]}
-            vocab = None
-        else:
-            lm, vocab = None, json.loads((folder / tok["vocab"]).read_text(encoding="utf-8"))
-    except (OSError, ValueError, KeyError, SafetensorError) as exc:
-        raise UserError(f"{folder}: incomplete or damaged export ({str(exc).splitlines()[0][:200]})") from None
-    labels = [config["id2label"][str(i)] for i in range(len(config["id2label"]))]
-    return {"config": config["reltrain_config"], "labels": labels, "vocab": vocab, "lm": lm,
-            "hf_config": config.get("hf_config"), "model": weights}

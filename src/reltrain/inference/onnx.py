@@ -80,6 +80,34 @@ def export_onnx(model: nn.Module, example: dict[str, torch.Tensor], path: Path, 
         torch_log.setLevel(level)
 
 
+def _check_self_contained(path: Path) -> None:
+    """``path`` is a regular file inside its folder (no link) whose tensors are all inside it:
+    ONNX lets a tensor name an external file by path, which onnxruntime would read."""
+    from reltrain.artifacts import read_member
+
+    _require("onnx")
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    data = read_member(path.parent, path.name, limit=None)
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as exc:
+        raise UserError(f"{path}: onnxruntime cannot load it (not an ONNX model: {str(exc)[:120]})") from None
+    external = onnx.TensorProto.EXTERNAL
+    graphs, seen = [model.graph], 0
+    while graphs:  # subgraphs of If/Loop nodes hold tensors too
+        graph = graphs.pop()
+        seen += 1
+        tensors = [*graph.initializer, *(a.t for n in graph.node for a in n.attribute if a.HasField("t")),
+                   *(t for n in graph.node for a in n.attribute for t in a.tensors)]
+        if any(t.data_location == external for t in tensors):
+            raise UserError(f"{path}: it refers to tensors in other files; reltrain runs only "
+                            f"self-contained ONNX models (as 'reltrain export' writes them)")
+        graphs += [a.g for n in graph.node for a in n.attribute if a.HasField("g")]
+        graphs += [g for n in graph.node for a in n.attribute for g in a.graphs]
+
+
 class OnnxModel(nn.Module):
     """An onnxruntime session standing in for the PyTorch model: same inputs, same logits.
 
@@ -91,6 +119,7 @@ class OnnxModel(nn.Module):
         _require("onnxruntime")
         import onnxruntime as ort
 
+        _check_self_contained(Path(path))
         self.path, self.device, self.threads = str(path), device, 0  # 0: torch's thread count
         self.providers = ["CPUExecutionProvider"]
         if device.type == "cuda":
@@ -100,6 +129,7 @@ class OnnxModel(nn.Module):
             self.providers.insert(0, "CUDAExecutionProvider")
         self._session = None
         self._pid = 0
+        self.num_labels: int | None = None  # known once check() opened the session
 
     def single_threaded(self) -> None:
         """One intra-op thread: each prediction worker process is one core's worth."""
@@ -123,7 +153,8 @@ class OnnxModel(nn.Module):
 
     def check(self) -> None:
         """Open the session now, so a damaged file is an error before any work starts."""
-        self.session
+        shape = self.session.get_outputs()[0].shape
+        self.num_labels = shape[-1] if shape and isinstance(shape[-1], int) else None
         self._session = None
 
     def forward(self, **inputs: torch.Tensor) -> torch.Tensor:

@@ -258,15 +258,9 @@ async def _read_body(request, limit: int) -> bytes:
 
 
 def model_info(predictor, options: ServeOptions) -> dict:
-    """What GET /model answers: the model, its labels and the metrics of its card."""
-    from pathlib import Path
-
-    from reltrain.inference.export import is_exported
-
-    metrics = None
-    if is_exported(options.model):
-        card = json.loads((Path(options.model) / "config.json").read_text(encoding="utf-8"))
-        metrics = card.get("metrics")
+    """What GET /model answers: the model, its labels and the metrics of its card (as checked
+    when it loaded: nothing of the folder is shown unread)."""
+    metrics = predictor.card if any(predictor.card.values()) else None
     config = predictor.config
     return {"model": str(options.model), "encoder": config.model.name,
             "language": config.data.language, "labels": predictor.labels,

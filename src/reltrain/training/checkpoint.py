@@ -48,6 +48,7 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"{path}: checkpoint not found")
+    _check_members(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
@@ -57,6 +58,19 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
     if payload.get("version", 0) > VERSION:
         raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
     return payload
+
+
+def _check_members(path: Path) -> None:
+    """``torch.save`` stores its members uncompressed; a compressed one could inflate a small
+    file into any amount of memory, so it is refused before anything is read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load names what is wrong with it
+    if packed:
+        raise UserError(f"{path}: not a checkpoint torch.save wrote (compressed member "
+                        f"{packed[0][:80]!r})")
 
 
 def _load_failure(path: Path, exc: Exception) -> str:

@@ -364,16 +364,6 @@ def unwrap(model: nn.Module) -> nn.Module:
             return model
 
 
-def strip_wrapper_prefixes(state_dict: dict) -> dict:
-    """Keys as the plain model names them, whatever wrapped the model that saved them."""
-    out = {}
-    for key, value in state_dict.items():
-        while key.startswith(("module.", "_orig_mod.")):
-            key = key.split(".", 1)[1]
-        out[key] = value
-    return out
-
-
 def launcher_run_id() -> str | None:
     """torchrun's run id or Slurm's job id: the same on every node and across restarts (and
     requeues) of one job."""

@@ -1,0 +1,358 @@
+"""What a checkpoint or an exported folder holds, read as input from a stranger.
+
+Prediction, evaluation, serving and export see a checkpoint or a folder only through
+``Artifact``: one typed, versioned schema with bounds. Nothing in it names a path: tokenizer
+files are an allow-listed set of plain names, a folder's files are opened inside the folder
+without following links, and a config is plain typed values (no interpolation). A file that
+breaks a rule is one ``UserError`` naming it, before anything is allocated from its sizes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from reltrain.config import METRICS, Config, config_from_dict
+from reltrain.errors import UserError
+
+EXPORT_FORMAT = "reltrain-export"
+EXPORT_VERSION = 1
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+VOCAB = "vocab.json"
+# The tokenizer files a checkpoint or folder may carry: names, never paths.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
+
+MIB = 1 << 20
+TEXT_LIMIT = 256 * MIB  # one JSON or tokenizer file (a 250k-word tokenizer.json is ~20 MB)
+MAX_LABELS = 100_000
+MAX_VOCAB = 20_000_000
+MAX_NAME = 1000  # characters of a label, a token, a weight's name
+MAX_NODES = 1_000_000  # values in a nested config (shared references count each time)
+# A pretrained encoder's config builds the model before any weight is compared with it.
+MAX_HF_INT = 1 << 31
+MAX_HF_LAYERS = 1024
+MAX_HF_POSITIONS = 1 << 20
+
+
+@dataclass
+class Artifact:
+    """A trained model as prediction needs it: config, labels, how text becomes ids, weights."""
+
+    config: Config
+    labels: list[str]
+    weights: dict[str, torch.Tensor]
+    vocab: list[str] | None  # reltrain's own encoders
+    lm: dict | None  # pretrained encoder: {"files": {name: text}, "types": [...], "added": [...]}
+    hf_config: dict | None
+    best: dict | None  # {"metric", "value", "epoch"} of the epoch these weights are from
+    test: dict | None  # test metrics, when the folder's card or the run's summary has them
+    data_rows: dict | None  # rows per split the model trained on
+
+    @classmethod
+    def from_payload(cls, payload: object, where: str) -> "Artifact":
+        """Check every field prediction and export read; ``where`` names the file in errors."""
+        if not isinstance(payload, dict):
+            raise UserError(f"{where}: not a reltrain model (not a mapping)")
+        missing = [k for k in ("config", "labels", "model") if k not in payload]
+        if missing:
+            raise UserError(f"{where}: incomplete: no {', '.join(missing)}")
+        config = config_from_dict(payload["config"], where)
+        labels = _labels(payload["labels"], where)
+        weights = _weights(payload["model"], where)
+        lm, vocab, hf_config = payload.get("lm"), payload.get("vocab"), payload.get("hf_config")
+        if config.model.name == "lm":
+            if not lm or hf_config is None:
+                raise UserError(f"{where}: a pretrained-encoder model without its tokenizer "
+                                f"files or encoder config")
+            lm, vocab, hf_config = _lm(lm, where), None, _hf_config(hf_config, where)
+        else:
+            if vocab is None:
+                raise UserError(f"{where}: incomplete: no vocabulary")
+            lm, vocab, hf_config = None, _vocab(vocab, where), None
+        state = payload.get("state") if isinstance(payload.get("state"), dict) else {}
+        return cls(config, labels, weights, vocab, lm, hf_config, best_metric(state.get("best")),
+                   metric_values(payload.get("test")), _rows(payload.get("data_rows")))
+
+    def identity(self) -> dict:
+        """What ``data.inputs.identity_encoder`` rebuilds the encoder from."""
+        return {"vocab": self.vocab, "lm": self.lm}
+
+
+def _fail(where: str, what: str):
+    raise UserError(f"{where}: {what}")
+
+
+def _names(value: object, where: str, what: str, limit: int) -> list[str]:
+    if not isinstance(value, list) or len(value) > limit:
+        _fail(where, f"{what} must be a list of at most {limit} strings")
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME for v in value):
+        _fail(where, f"{what} must hold non-empty strings of at most {MAX_NAME} characters")
+    if len(set(value)) != len(value):
+        _fail(where, f"{what} holds a name twice")
+    return list(value)
+
+
+def _labels(value: object, where: str) -> list[str]:
+    labels = _names(value, where, "the label list", MAX_LABELS)
+    if not labels:
+        _fail(where, "the label list is empty")
+    return labels
+
+
+def _vocab(value: object, where: str) -> list[str]:
+    from reltrain.data.vocab import PAD, UNK
+
+    tokens = _names(value, where, "the vocabulary", MAX_VOCAB)
+    if tokens[:2] != [PAD, UNK]:
+        _fail(where, f"the vocabulary must start with {PAD}, {UNK}")
+    return tokens
+
+
+def _weights(value: object, where: str) -> dict[str, torch.Tensor]:
+    if not isinstance(value, dict) or not value:
+        _fail(where, "the weights are not a mapping of names to tensors")
+    for key, tensor in value.items():
+        if not isinstance(key, str) or len(key) > MAX_NAME or not isinstance(tensor, torch.Tensor):
+            _fail(where, "the weights are not a mapping of names to tensors")
+    return strip_wrapper_prefixes(value)
+
+
+def strip_wrapper_prefixes(state_dict: dict) -> dict:
+    """Keys as the plain model names them, whatever wrapped the model that saved them."""
+    out = {}
+    for key, value in state_dict.items():
+        while key.startswith(("module.", "_orig_mod.")):
+            key = key.split(".", 1)[1]
+        out[key] = value
+    return out
+
+
+def _lm(value: object, where: str) -> dict:
+    if not isinstance(value, dict) or not isinstance(value.get("files"), dict):
+        _fail(where, "the tokenizer entry must hold a mapping of file names to texts")
+    files = {}
+    for name, text in value["files"].items():
+        if name not in TOKENIZER_FILES:
+            _fail(where, f"tokenizer file {str(name)[:80]!r} is not one of "
+                         f"{', '.join(TOKENIZER_FILES)}")
+        if not isinstance(text, str) or len(text) > TEXT_LIMIT:
+            _fail(where, f"tokenizer file {name} must be a text of at most {TEXT_LIMIT // MIB} MiB")
+        files[name] = _without_file_names(text, where) if name == "tokenizer_config.json" else text
+    if "tokenizer.json" not in files:
+        _fail(where, "the tokenizer files lack tokenizer.json (a fast tokenizer)")
+    types = value.get("types")
+    types = None if types is None else _names(types, where, "the entity types", 10_000)
+    added = _names(value.get("added") or [], where, "the added characters", MAX_VOCAB)
+    if any(len(ch) != 1 for ch in added):
+        _fail(where, "the added characters must be single characters")
+    return {"files": files, "types": types, "added": added}
+
+
+def _without_file_names(text: str, where: str) -> str:
+    """tokenizer_config.json less the keys through which transformers would open other files
+    (``tokenizer_file``, ``vocab_file``, ...) or look for code (``auto_map``): the tokenizer
+    reads only the files beside it."""
+    try:
+        config = json.loads(text)
+    except (ValueError, RecursionError):
+        _fail(where, "tokenizer_config.json is not JSON")
+    if not isinstance(config, dict):
+        _fail(where, "tokenizer_config.json is not a JSON object")
+    kept = {k: v for k, v in config.items()
+            if not (k.endswith(("_file", "_files")) or k == "auto_map")}
+    return text if len(kept) == len(config) else json.dumps(kept, indent=2, ensure_ascii=False)
+
+
+def _hf_config(value: object, where: str) -> dict:
+    """A pretrained encoder's config: JSON-like values, a known model type, sizes in bounds
+    (the model is built from it before the weights are compared with it)."""
+    if not isinstance(value, dict) or not isinstance(value.get("model_type"), str):
+        _fail(where, "the encoder config must be a mapping with a model_type")
+    budget = [MAX_NODES]
+
+    def check(key: str, item: object) -> None:
+        budget[0] -= 1
+        if budget[0] < 0:
+            _fail(where, "the encoder config is too large")
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, (str, int)) or isinstance(k, bool):  # id2label: int keys
+                    _fail(where, "the encoder config has a key that is neither text nor a number")
+                check(str(k), v)
+        elif isinstance(item, list):
+            for v in item:
+                check(key, v)
+        elif isinstance(item, bool) or item is None:
+            pass
+        elif isinstance(item, int):
+            limit = (MAX_HF_LAYERS if "layer" in key or "head" in key
+                     else MAX_HF_POSITIONS if "position" in key else MAX_HF_INT)
+            if abs(item) > limit:
+                _fail(where, f"the encoder config's {key} = {item} is out of bounds (at most {limit})")
+        elif isinstance(item, float):
+            pass
+        elif not isinstance(item, str) or len(item) > TEXT_LIMIT:
+            _fail(where, f"the encoder config's {key} is not a JSON value")
+
+    check("", value)
+    return value
+
+
+def best_metric(value: object) -> dict | None:
+    """``{"metric", "value", "epoch"}`` when well formed, else None (it only labels the card)."""
+    if not isinstance(value, dict):
+        return None
+    metric, score, epoch = value.get("metric"), value.get("value"), value.get("epoch")
+    if (metric in METRICS and isinstance(score, (int, float)) and not isinstance(score, bool)
+            and math.isfinite(score) and isinstance(epoch, int) and not isinstance(epoch, bool)):
+        return {"metric": metric, "value": float(score), "epoch": epoch}
+    return None
+
+
+def metric_values(value: object) -> dict | None:
+    """The finite numbers of a metrics mapping under known metric names; None if there are none."""
+    if not isinstance(value, dict):
+        return None
+    out = {k: float(value[k]) for k in (*METRICS, "loss") if isinstance(value.get(k), (int, float))
+           and not isinstance(value.get(k), bool) and math.isfinite(value[k])}
+    return out or None
+
+
+def _rows(value: object) -> dict | None:
+    if not isinstance(value, dict):
+        return None
+    return {k: value[k] for k in ("train", "valid", "test")
+            if isinstance(value.get(k), int) and not isinstance(value.get(k), bool)}
+
+
+def read_member(folder: Path, name: str, limit: int | None = TEXT_LIMIT) -> bytes:
+    """The bytes of the regular file ``name`` directly inside ``folder``: a link, a device, a
+    pipe or a file over ``limit`` bytes is refused, so a folder cannot make reltrain read
+    anything outside it."""
+    path = folder / name
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags)
+    except FileNotFoundError:
+        raise UserError(f"{folder}: incomplete export: no {name}") from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise UserError(f"{path}: a link; an exported folder holds its own files") from None
+        raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as f:
+        info = os.fstat(f.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{path}: not a regular file")
+        if limit is not None and info.st_size > limit:
+            raise UserError(f"{path}: {info.st_size} bytes, more than the {limit // MIB} MiB "
+                            f"such a file may have")
+        return f.read()
+
+
+def _member_json(folder: Path, name: str) -> object:
+    try:
+        return json.loads(read_member(folder, name).decode("utf-8"))
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise UserError(f"{folder / name}: not valid JSON ({str(exc)[:120]})") from None
+
+
+def is_exported(path: str | Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
+
+
+def read_exported(folder: str | Path) -> Artifact:
+    """The artifact of a folder written by ``reltrain export``."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load as load_safetensors
+
+    folder = Path(folder)
+    card = _member_json(folder, CONFIG)
+    if not isinstance(card, dict) or card.get("format") != EXPORT_FORMAT:
+        raise UserError(f"{folder}: not a folder written by 'reltrain export'")
+    version = card.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UserError(f"{folder}/{CONFIG}: format_version must be a positive integer")
+    if version > EXPORT_VERSION:
+        raise UserError(f"{folder}: written by a newer reltrain (format {version})")
+    id2label, tok = card.get("id2label"), card.get("tokenizer")
+    if not isinstance(id2label, dict) or not isinstance(tok, dict):
+        raise UserError(f"{folder}/{CONFIG}: needs id2label and tokenizer mappings")
+    if set(id2label) != {str(i) for i in range(len(id2label))}:
+        raise UserError(f"{folder}/{CONFIG}: id2label must have the keys 0 to N-1")
+    labels = [id2label[str(i)] for i in range(len(id2label))]
+    try:
+        weights = load_safetensors(read_member(folder, WEIGHTS, limit=None))
+    except SafetensorError as exc:
+        raise UserError(f"{folder}: incomplete or damaged export ({str(exc)[:200]})") from None
+    payload = {"config": card.get("reltrain_config"), "labels": labels, "model": weights,
+               "hf_config": card.get("hf_config"), "data_rows": None}
+    if tok.get("kind") == "pretrained":
+        names = tok.get("files")
+        if not isinstance(names, list) or not all(n in TOKENIZER_FILES for n in names):
+            raise UserError(f"{folder}/{CONFIG}: tokenizer.files must name files among "
+                            f"{', '.join(TOKENIZER_FILES)}")
+        texts = {}
+        for name in names:
+            try:
+                texts[name] = read_member(folder, name).decode("utf-8")
+            except UnicodeDecodeError:
+                raise UserError(f"{folder / name}: not UTF-8 text") from None
+        payload["lm"] = {"files": texts, "types": tok.get("types"), "added": tok.get("added")}
+    elif tok.get("kind") == "words":
+        if tok.get("vocab") != VOCAB:
+            raise UserError(f"{folder}/{CONFIG}: tokenizer.vocab must be {VOCAB}")
+        payload["vocab"] = _member_json(folder, VOCAB)
+    else:
+        raise UserError(f"{folder}/{CONFIG}: tokenizer.kind must be pretrained or words")
+    metrics = card.get("metrics") if isinstance(card.get("metrics"), dict) else {}
+    payload["state"] = {"best": metrics.get("best")}
+    payload["test"] = metrics.get("test")
+    return Artifact.from_payload(payload, str(folder))
+
+
+def load_artifact(path: str | Path) -> Artifact:
+    """A checkpoint (``.pt``) or an exported folder, checked."""
+    from reltrain.training.checkpoint import load_checkpoint
+
+    if is_exported(path):
+        return read_exported(path)
+    payload = load_checkpoint(path)
+    return Artifact.from_payload(payload, str(path))
+
+
+def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
+                        where: str) -> torch.nn.Module:
+    """The model the artifact describes, with its weights; its config is first built on the
+    meta device (no memory) and every weight's name and shape compared, so a tampered size is
+    an error, not an allocation."""
+    from reltrain.models import build_model
+
+    cfg = artifact.config
+    args = (cfg.model, vocab_size, len(artifact.labels), cfg.data.pos_limit)
+    extra = {"hf_config": artifact.hf_config, "added_tokens": added_tokens}
+    try:
+        with torch.device("meta"):
+            expected = {k: tuple(v.shape) for k, v in build_model(*args, **extra).state_dict().items()}
+    except UserError:
+        raise
+    except Exception as exc:  # transformers raises several types for a config it cannot build
+        raise UserError(f"{where}: its config does not build a {cfg.model.name} model "
+                        f"({str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__})") from None
+    got = {k: tuple(v.shape) for k, v in artifact.weights.items()}
+    if expected != got:
+        name = sorted(set(expected) ^ set(got)) or sorted(k for k in expected if expected[k] != got[k])
+        key = name[0]
+        raise UserError(f"{where}: weights do not fit a {cfg.model.name} model with this "
+                        f"vocabulary and label set ({key}: {got.get(key, 'missing')} where "
+                        f"{expected.get(key, 'none')} was expected)")
+    model = build_model(*args, **extra)
+    model.load_state_dict(artifact.weights)
+    return model
