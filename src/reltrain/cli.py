@@ -44,7 +44,9 @@ def _parser() -> argparse.ArgumentParser:
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
     p.add_argument("checkpoint", help="a .pt checkpoint or an exported folder")
-    p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional)")
+    p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional); - reads "
+                                           "standard input (JSON lines if its first row is an "
+                                           "object, else CSV)")
     p.add_argument("--text")
     p.add_argument("--head", help="head entity text")
     p.add_argument("--tail", help="tail entity text")
@@ -132,6 +134,12 @@ def main(argv: list[str] | None = None) -> int:
         if _first_rank():
             print("reltrain: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # The reader of our output left (`reltrain predict ... | head`): stop quietly, as the
+        # shell's own tools do, and keep Python's exit-time flush of stdout from failing again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 128 + 13  # SIGPIPE
 
 
 def _first_rank() -> bool:
@@ -206,8 +214,11 @@ def _dispatch(args) -> int:
     else:
         from reltrain.predict import run_predict
 
-        if args.data and args.text:
-            raise UserError("give either a DATA file or --text, not both")
+        given = [f"--{k.replace('_', '-')}" for k in ("text", "head", "tail", "head_offset",
+                                                        "tail_offset") if getattr(args, k) is not None]
+        if args.data and given:
+            raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
+                            f"({' '.join(given)} with {args.data})")
         if args.top_k < 1:
             raise UserError("--top-k must be at least 1")
         if args.workers is not None and args.workers < 0:

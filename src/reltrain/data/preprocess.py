@@ -22,7 +22,7 @@ from reltrain.data.readers import labels_from_records, read_labels, read_records
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError
+from reltrain.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +118,12 @@ def cache_key(data_cfg, tokenizer_id: str) -> str:
 
 
 def _hash_file(digest, path) -> None:
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
+    try:
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    except OSError as exc:
+        raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
 def default_cache_dir() -> Path:
@@ -134,7 +137,7 @@ def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) 
     if not lm_folder:
         tokenizer = Tokenizer.from_config(data_cfg)
         return f"{tokenizer.kind}:lower={tokenizer.lowercase}"
-    from reltrain.data.lm import TOKENIZER_FILES
+    from reltrain.artifacts import TOKENIZER_FILES
 
     digest = hashlib.sha256(f"{lm_markers}:{lm_add_chars}".encode())
     for name in TOKENIZER_FILES:

@@ -6,10 +6,12 @@ import csv
 import io
 import json
 import re
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
+from itertools import chain
 from typing import Callable, Iterable, Iterator
 
 from reltrain.data.schema import Entity, EntitySentence, Record
@@ -23,6 +25,10 @@ CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offs
 class ReadResult:
     records: list[Record]
     skipped: list[str] = field(default_factory=list)  # one "file:line: why" per skipped row
+
+
+STDIN = "-"  # a DATA argument that means standard input
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_text(path: str | Path) -> str:
@@ -47,11 +53,13 @@ def read_lines(path: str | Path) -> Iterator[str]:
     """The file's lines as UTF-8 text, line endings kept, read as they are needed (a file of
     any size takes little memory). A BOM is allowed; other encodings and an empty file are
     user errors, found where they occur."""
-    path = Path(path)
-    try:
-        f = open(path, "rb")
-    except OSError as exc:
-        raise UserError(f"{path}: cannot read: {exc.strerror}") from None
+    if str(path) == STDIN:
+        f = open(sys.stdin.fileno(), "rb", closefd=False)
+    else:
+        try:
+            f = open(path, "rb")
+        except OSError as exc:
+            raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     content = False
     with f:
         for number, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
@@ -117,6 +125,17 @@ def iter_rows(path: str | Path, *, require_relation: bool = True,
     row into its record or raises its DataError. A build can be pickled, so another process
     can do the parsing (prediction workers)."""
     path = str(path)
+    if path == STDIN:  # no name to go by: JSON lines if the first row is an object, else CSV
+        lines = read_lines(path)
+        head = []
+        for line in lines:
+            head.append(line)
+            if line.strip():
+                break
+        lines = chain(head, lines)
+        if head and head[-1].lstrip().startswith("{"):
+            return _jsonl_rows(path, require_relation, entity_lists, lines)
+        return _csv_rows(path, require_relation, lines)
     suffix = Path(path).suffix.lower()
     if suffix == ".csv":
         return _csv_rows(path, require_relation)
@@ -130,9 +149,9 @@ def _preview(labels: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(labels)} in all)" if len(labels) > limit else "")
 
 
-def _csv_rows(path: str, require_relation: bool) -> Iterator:
+def _csv_rows(path: str, require_relation: bool, lines: Iterator[str] | None = None) -> Iterator:
     """(line, build) per row; ``build()`` makes the record or raises the row's DataError."""
-    reader = csv.reader(read_lines(path))
+    reader = csv.reader(lines if lines is not None else read_lines(path))
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
@@ -232,20 +251,36 @@ def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
                   tokens=tokens)
 
 
-def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False) -> Iterator:
+def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,
+                lines: Iterator[str] | None = None) -> Iterator:
     # Lines end at "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON
     # strings may hold unescaped.
-    for number, raw in enumerate(read_lines(path), start=1):
+    for number, raw in enumerate(lines if lines is not None else read_lines(path), start=1):
         if raw.strip():
             yield number, partial(_jsonl_record, path, number, raw, require_relation, entity_lists)
 
 
 def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Record | EntitySentence:
+    return json_record(parse_json(raw, path, line), path, line, require_relation, entity_lists)
+
+
+def parse_json(raw: str, path: str = "<input>", line: int | None = None):
+    """A JSON value whose strings are all valid Unicode text: a lone surrogate escape
+    (``"\\ud800"``) parses, but no UTF-8 output could hold it, so it is refused here."""
     try:
         obj = json.loads(raw)
     except json.JSONDecodeError as exc:
         raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
-    return json_record(obj, path, line, require_relation, entity_lists)
+    except RecursionError:
+        raise DataError(path, line, None, "invalid JSON: nested too deeply") from None
+    # Only an escape can bring a surrogate in (the UTF-8 decoding of the input refuses one).
+    if _SURROGATE_ESCAPE.search(raw):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise DataError(path, line, None, "a string holds a lone surrogate escape (\\ud800 "
+                                              "to \\udfff without its pair): not text") from None
+    return obj
 
 
 def json_record(obj, path: str = "<input>", line: int | None = None, require_relation: bool = False,

@@ -10,6 +10,7 @@ import logging
 from dataclasses import fields
 from pathlib import Path
 
+from reltrain.artifacts import strip_wrapper_prefixes
 from reltrain.config import Config
 from reltrain.errors import UserError
 from reltrain.training import distributed as D
@@ -32,6 +33,11 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
         return None
     explicit = cfg.resume != "auto"
     candidates = [Path(cfg.resume)] if explicit else resume_candidates(directory)
+    if not candidates and (directory / "best.pt").is_file():
+        # Starting afresh would overwrite best.pt and metrics.jsonl without a word.
+        raise UserError(f"{directory} holds best.pt but no last.pt to resume from: continue from "
+                        f"the best epoch with resume={directory / 'best.pt'}, or keep it and "
+                        f"use another output_dir (resume=never starts afresh and overwrites it)")
     for path in candidates:
         try:
             payload = load_checkpoint(path)
@@ -176,7 +182,7 @@ def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> d
             payload = load_checkpoint(path)
             best = payload["state"].get("best") or {}
             if best.get("epoch") == state.best["epoch"]:
-                weights = D.strip_wrapper_prefixes(payload["model"])
+                weights = strip_wrapper_prefixes(payload["model"])
         except UserError as exc:
             log.warning("%s: the best weights will come from the epochs still to run", exc)
     return ctx.broadcast_object(weights)

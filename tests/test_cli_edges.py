@@ -1,0 +1,128 @@
+"""The command line at its edges: closed pipes, text that is not text, unreadable files, a run
+directory with only best.pt, standard input, options that contradict each other."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from reltrain.cli import main
+
+from conftest import SCRATCH, cli_error, data_overrides, ok, read_jsonl, run_cli, user_error
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run_dir(small_en, tmp_path_factory):
+    root = tmp_path_factory.mktemp("edges")
+    assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
+                 "train.epochs=1", "model.num_filters=16", f"output_dir={root / 'run'}"]) == 0
+    return root / "run"
+
+
+def test_a_closed_pipe_ends_predict_quietly(run_dir, small_en, tmp_path):
+    rows = (tmp_path / "big.jsonl")
+    lines = open(small_en["test"], encoding="utf-8").read().splitlines()
+    rows.write_text("\n".join(lines * 40) + "\n", encoding="utf-8")  # more than a pipe holds
+    proc = subprocess.Popen([sys.executable, "-m", "reltrain", "predict",
+                             str(run_dir / "checkpoints/best.pt"), str(rows), "--workers", "0",
+                             "--chunk-rows", "64"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=SCRATCH)
+    first = proc.stdout.readline()
+    proc.stdout.close()  # what `| head -n 1` does
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert json.loads(first)["relation"]
+    assert "Traceback" not in err and "Exception ignored" not in err and "BrokenPipe" not in err
+
+
+def test_a_lone_surrogate_is_a_bad_row(run_dir, small_en, tmp_path):
+    good = open(small_en["test"], encoding="utf-8").read().splitlines()[0]
+    bad = json.dumps({**json.loads(good), "relation": "x"}).replace('"x"', '"\\ud800"')
+    nested = "[" * 100_000 + "]" * 100_000
+    data = tmp_path / "rows.jsonl"
+    data.write_text("\n".join([good, bad, nested, good]) + "\n", encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    ok(run_cli("predict", str(run_dir / "checkpoints/best.pt"), str(data), "--skip-bad-rows",
+               "--output", str(out)))
+    answers = read_jsonl(out)
+    assert [("error" in a) for a in answers] == [False, True, True, False]
+    assert "lone surrogate" in answers[1]["error"] and "nested too deeply" in answers[2]["error"]
+    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best.pt"), str(data)))
+    assert ":2:" in line and "lone surrogate" in line
+    train = tmp_path / "train.jsonl"
+    train.write_text(open(small_en["train"], encoding="utf-8").read() + bad + "\n", encoding="utf-8")
+    line = user_error(run_cli("train", f"data.train={train}", "log.progress=false",
+                              f"output_dir={tmp_path / 'run'}"))
+    assert "lone surrogate" in line
+
+
+def test_an_unreadable_training_file_is_one_line(small_en, capsys, monkeypatch, tmp_path):
+    import builtins
+
+    from reltrain.data import preprocess
+
+    def refusing(path, *args, **kwargs):  # as root, chmod 000 does not stop a read: a stand-in
+        if str(path) == small_en["valid"]:
+            raise PermissionError(13, "Permission denied", str(path))
+        return builtins.open(path, *args, **kwargs)
+
+    monkeypatch.setattr(preprocess, "open", refusing, raising=False)
+    line = cli_error(capsys, "train", *data_overrides(small_en), "log.progress=false",
+                     f"output_dir={tmp_path / 'run'}")
+    assert small_en["valid"] in line and "Permission denied" in line
+
+
+def test_a_run_with_only_best_pt_left_is_not_overwritten(small_en, tmp_path):
+    args = ["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
+            "train.epochs=1", "model.num_filters=16", f"output_dir={tmp_path / 'run'}"]
+    assert main(args) == 0
+    checkpoints = tmp_path / "run" / "checkpoints"
+    for path in checkpoints.iterdir():
+        if not path.name.startswith("best.pt"):
+            path.unlink()
+    best, metrics = (checkpoints / "best.pt").read_bytes(), (tmp_path / "run/metrics.jsonl").read_text()
+    line = user_error(run_cli(*args))
+    assert "holds best.pt but no last.pt" in line and "resume=" in line
+    assert (checkpoints / "best.pt").read_bytes() == best
+    assert (tmp_path / "run/metrics.jsonl").read_text() == metrics
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "csv"])
+def test_predict_reads_standard_input(run_dir, small_en, zh_csv, tmp_path, kind):
+    source = small_en["test"] if kind == "jsonl" else str(zh_csv)
+    model = str(run_dir / "checkpoints/best.pt")
+    ok(run_cli("predict", model, source, "--output", str(tmp_path / "file.jsonl")))
+    with open(source, "rb") as stdin:
+        piped = subprocess.run([sys.executable, "-m", "reltrain", "predict", model, "-"],
+                               stdin=stdin, capture_output=True, cwd=SCRATCH, timeout=120)
+    assert piped.returncode == 0, piped.stderr.decode()
+    got = [json.loads(line) for line in piped.stdout.decode().splitlines()]
+    assert got == read_jsonl(tmp_path / "file.jsonl")
+
+
+def test_predict_options_that_contradict_are_refused(run_dir, small_en, capsys):
+    model = str(run_dir / "checkpoints/best.pt")
+    line = cli_error(capsys, "predict", model, small_en["test"], "--head", "Alice")
+    assert "--head" in line and "not both" in line
+    line = cli_error(capsys, "predict", model, small_en["test"], "--top-k", "99")
+    assert "--top-k must be between 1 and 8" in line
+
+
+def test_an_unknown_option_gets_a_suggestion(capsys):
+    line = cli_error(capsys, "train", "train.ephocs=3")
+    assert "did you mean 'train.epochs'" in line
+
+
+def test_exporting_a_never_scored_run_warns(small_en, tmp_path):
+    args = ["train", f"data.train={small_en['train']}", f"data.labels={small_en['labels']}",
+            "log.progress=false", "log.plots=false", "train.epochs=1", "model.num_filters=16",
+            f"output_dir={tmp_path / 'run'}"]
+    assert main(args) == 0
+    result = ok(run_cli("export", str(tmp_path / "run"), str(tmp_path / "model")))
+    assert "never scored on a test set" in result.stderr
+    assert "Not scored on a test set." in (tmp_path / "model/README.md").read_text()
