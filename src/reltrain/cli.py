@@ -93,7 +93,18 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 1024)")
     p.add_argument("--max-text-chars", type=int, default=10_000, metavar="N",
                    help="characters per text (default 10000)")
-    p.add_argument("--access-log", action="store_true", help="log every request")
+    p.add_argument("--max-queue", type=int, default=4096, metavar="N",
+                   help="examples waiting for the model at most; more: 503 with Retry-After "
+                        "(default 4096)")
+    p.add_argument("--max-connections", type=int, default=1000, metavar="N",
+                   help="open connections per worker process; more: 503 (default 1000)")
+    p.add_argument("--body-timeout-s", type=float, default=30.0, metavar="S",
+                   help="a request body slower than this: 408 (default 30)")
+    p.add_argument("--drain-timeout-s", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM/SIGINT, how long requests in flight may finish (default 30; "
+                        "a second signal stops at once)")
+    p.add_argument("--access-log", action="store_true",
+                   help="one JSON line per request on stderr (request id, status, time)")
     _model_args(p)
     return parser
 
@@ -197,15 +208,15 @@ def _dispatch(args) -> int:
     elif args.command == "serve":
         from reltrain.inference.server import ServeOptions, serve
 
-        if min(args.max_batch, args.workers, args.top_k, args.max_items, args.max_text_chars) < 1:
-            raise UserError("--max-batch, --workers, --top-k, --max-items and --max-text-chars "
-                            "must be at least 1")
-        if args.max_wait_ms < 0 or not 0 <= args.port <= 65535:
-            raise UserError("--max-wait-ms must be >= 0 and --port from 0 to 65535")
-        serve(ServeOptions(args.model, args.device, args.runtime, args.max_batch, args.max_wait_ms,
-                           args.top_k, max_items=args.max_items, max_text_chars=args.max_text_chars,
-                           amp=args.amp),
-              args.host, args.port, args.workers, args.access_log)
+        if not 0 <= args.port <= 65535:
+            raise UserError("--port must be from 0 to 65535")
+        options = ServeOptions(args.model, args.device, args.runtime, args.max_batch,
+                               args.max_wait_ms, args.top_k, max_items=args.max_items,
+                               max_text_chars=args.max_text_chars, amp=args.amp,
+                               max_queue=args.max_queue, body_timeout_s=args.body_timeout_s,
+                               access_log=args.access_log)
+        serve(options, args.host, args.port, args.workers, args.max_connections,
+              args.drain_timeout_s)
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 

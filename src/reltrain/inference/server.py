@@ -5,13 +5,14 @@
                     the JSONL shape ({"text", "h": {"pos"}, "t": {"pos"}}), or
                     {"text", "entities": [...]} for every pair; answers what `reltrain predict` writes
     GET  /health    {"status": "ok", ...} and counters
+    GET  /ready     200 while it takes requests, 503 once it drains for a stop
     GET  /model     labels, encoder, language, runtime, the metrics of the model card
+    GET  /metrics   Prometheus text: requests by status, latency, batch sizes, queue depth
+    GET  /docs      the OpenAPI page, served from the package (no CDN)
 
-Requests that arrive together are predicted together: when the model thread is free, the
-batcher takes every request that queued meanwhile, up to ``max_batch`` examples (a request is
-never split), optionally waiting ``max_wait_ms`` for more; one client alone never waits, many
-clients share batches because requests queue while a batch runs. Every bad request gets a 4xx JSON error
-``{"error": ..., "field": ...}``; nothing a client sends can make a 500.
+Requests that arrive together are predicted together (``batcher.py``). Every bad request gets a
+4xx JSON error ``{"error": ..., "field": ...}``; a full queue a 503 with ``Retry-After``; each
+answer carries the request's ``X-Request-ID``. docs/serving.md lists the limits and their flags.
 """
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at runtime,
@@ -20,14 +21,23 @@ import asyncio
 import json
 import logging
 import os
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+import re
+import signal
+import socket
+import time
+import uuid
+from dataclasses import asdict, dataclass
 
-from reltrain.errors import DataError, UserError
+from reltrain.errors import UserError
+from reltrain.inference.batcher import Batcher, Busy, ItemFailed
+from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
 
 log = logging.getLogger("reltrain.serve")
+access = logging.getLogger("reltrain.serve.access")
 
 OPTIONS_ENV = "RELTRAIN_SERVE_OPTIONS"  # how uvicorn's worker processes get the options
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+_draining = False  # set by the first stop signal: /ready answers 503 from then on
 
 
 @dataclass
@@ -43,146 +53,61 @@ class ServeOptions:
     max_text_chars: int = 10_000
     threads: int = 0  # torch threads per process; 0: the cores shared among the workers
     amp: str = "auto"
+    max_queue: int = 4096  # examples waiting for the model; beyond: 503
+    body_timeout_s: float = 30.0  # a body slower than this: 408
+    access_log: bool = False  # one JSON line per request (stderr)
+
+    def __post_init__(self):
+        if min(self.max_batch, self.top_k, self.max_items, self.max_text_chars,
+               self.max_body_bytes, self.max_queue) < 1:
+            raise UserError("--max-batch, --top-k, --max-items, --max-text-chars and --max-queue "
+                            "must be at least 1")
+        if self.max_wait_ms < 0 or self.body_timeout_s <= 0:
+            raise UserError("--max-wait-ms must be >= 0 and --body-timeout-s positive")
+        if self.max_queue < self.max_items:
+            raise UserError(f"--max-queue ({self.max_queue}) must hold at least one request of "
+                            f"--max-items ({self.max_items}) examples")
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, message: str, field_name: str | None):
-        super().__init__(message)
-        self.status, self.message, self.field = status, message, field_name
+class Metrics:
+    """The Prometheus series of one server process (each of ``--workers N`` has its own)."""
 
+    def __init__(self):
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-@dataclass
-class _Job:
-    items: list
-    top_k: int
-    future: asyncio.Future
-    size: int = 0  # examples: a sentence with entities counts each pair
+        self.registry = CollectorRegistry()
+        self.requests = Counter("reltrain_requests", "HTTP requests answered, by path and status",
+                                ["path", "status"], registry=self.registry)
+        self.latency = Histogram("reltrain_request_seconds", "time to answer POST /predict",
+                                 registry=self.registry)
+        self.batch_examples = Histogram("reltrain_batch_examples", "examples per model batch",
+                                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024),
+                                        registry=self.registry)
+        self.queued = Gauge("reltrain_queued_examples", "examples waiting for the model",
+                            registry=self.registry)
+        self.failed_batches = Counter("reltrain_failed_batches", "model batches that failed",
+                                      registry=self.registry)
 
+    def text(self) -> bytes:
+        from prometheus_client import generate_latest
 
-@dataclass
-class Batcher:
-    """Groups the examples of concurrent requests into batches for one model thread."""
-
-    predictor: object
-    max_batch: int
-    max_wait: float  # seconds
-    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
-    pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "reltrain-model"))
-    counts: dict = field(default_factory=lambda: {"requests": 0, "examples": 0, "batches": 0})
-    _carry: _Job | None = None
-
-    async def predict(self, items: list, top_k: int) -> list[dict]:
-        job = _Job(items, top_k, asyncio.get_running_loop().create_future(), examples(items))
-        await self.queue.put(job)
-        return await job.future
-
-    async def run(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            jobs = await self._collect(loop)
-            items = [item for job in jobs for item in job.items]
-            top_k = max(job.top_k for job in jobs)
-            try:
-                results = await loop.run_in_executor(self.pool, self.predictor.predict_any, items, top_k)
-            except Exception as exc:  # a model fault: every waiting request learns of it
-                log.exception("prediction failed")
-                for job in jobs:
-                    if not job.future.done():
-                        job.future.set_exception(exc)
-                continue
-            self.counts["batches"] += 1
-            self.counts["requests"] += len(jobs)
-            self.counts["examples"] += sum(job.size for job in jobs)
-            start = 0
-            for job in jobs:
-                mine = results[start:start + len(job.items)]
-                start += len(job.items)
-                if not job.future.done():  # the client may have gone
-                    job.future.set_result([_top(r, job.top_k) for r in mine])
-
-    async def _collect(self, loop) -> list[_Job]:
-        first = self._carry or await self.queue.get()
-        self._carry = None
-        jobs, size = [first], first.size
-        deadline = loop.time() + self.max_wait
-        while size < self.max_batch:
-            try:
-                remaining = deadline - loop.time()
-                job = (self.queue.get_nowait() if remaining <= 0
-                       else await asyncio.wait_for(self.queue.get(), remaining))
-            except (asyncio.QueueEmpty, asyncio.TimeoutError):
-                break
-            if size + job.size > self.max_batch:
-                self._carry = job
-                break
-            jobs.append(job)
-            size += job.size
-        return jobs
-
-
-def examples(items: list) -> int:
-    from reltrain.data.schema import EntitySentence
-
-    return sum(len(item.pairs()) if isinstance(item, EntitySentence) else 1 for item in items)
-
-
-def _top(result: dict, k: int) -> dict:
-    """A result cut to ``k`` alternatives (requests in one batch may ask for different k)."""
-    if "pairs" in result:
-        return {**result, "pairs": [_top(p, k) for p in result["pairs"]]}
-    return {**result, "top_k": result["top_k"][:k]}
-
-
-def parse_items(body: bytes, options: ServeOptions) -> tuple[list, bool]:
-    """The examples of a request body and whether it was a list; ``BadRequest`` naming the
-    field for anything wrong."""
-    from reltrain.data.readers import json_record, pair_record
-
-    try:
-        obj = json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise BadRequest(400, f"the body is not JSON ({str(exc)[:120]})", "body") from None
-    many = isinstance(obj, list)
-    objs = obj if many else [obj]
-    if not objs:
-        raise BadRequest(422, "an empty list: send at least one example", "body")
-    if len(objs) > options.max_items:
-        raise BadRequest(413, f"{len(objs)} examples in one request; at most {options.max_items}",
-                         "body")
-    items = []
-    for i, one in enumerate(objs):
-        where = f"[{i}]" if many else ""
-        if not isinstance(one, dict):
-            raise BadRequest(422, f"expected a JSON object, got {type(one).__name__}", where or "body")
-        text = one.get("text")
-        if isinstance(text, str) and len(text) > options.max_text_chars:
-            raise BadRequest(422, f"text of {len(text)} characters; at most {options.max_text_chars}",
-                             f"{where}.text".lstrip("."))
-        try:
-            if "entities" in one or "h" in one or "token" in one:
-                items.append(json_record(one, "request", None, entity_lists=True))
-            else:
-                items.append(pair_record(one, "request", None))
-        except DataError as exc:
-            name = f"{where}.{exc.field}" if exc.field else where
-            raise BadRequest(422, exc.reason, name.lstrip(".") or "body") from None
-    count = examples(items)
-    if count > options.max_items:
-        raise BadRequest(413, f"{count} examples (every pair of a sentence's entities "
-                              f"counts); at most {options.max_items}", "body")
-    return items, many
+        return generate_latest(self.registry)
 
 
 def create_app(options: ServeOptions):
     """The FastAPI application for ``options`` (the model loads when the server starts)."""
     from contextlib import asynccontextmanager
 
-    from fastapi import FastAPI, Request
+    from fastapi import Request
     from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse
+    from fastapi.responses import JSONResponse, Response
+    from fastapi_offline import FastAPIOffline
     from starlette.exceptions import HTTPException
 
     state: dict = {}
+    metrics = Metrics()
+    limits = Limits(options.max_items, options.max_text_chars)
+    _access_log_to_stderr(options.access_log)
 
     @asynccontextmanager
     async def lifespan(app):
@@ -191,9 +116,12 @@ def create_app(options: ServeOptions):
         from reltrain.predict import Predictor
 
         torch.set_num_threads(options.threads or torch.get_num_threads())
+        _drain_on_stop()
+        _quiet_fd_exhaustion()
         predictor = Predictor.from_checkpoint(options.model, device=options.device,
                                               runtime=options.runtime, amp=options.amp)
-        batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000)
+        batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000,
+                          options.max_queue, metrics)
         state.update(predictor=predictor, batcher=batcher, info=model_info(predictor, options))
         task = asyncio.create_task(batcher.run())
         try:
@@ -202,10 +130,31 @@ def create_app(options: ServeOptions):
             task.cancel()
             batcher.pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPI(title="reltrain", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    app = FastAPIOffline(title="reltrain", lifespan=lifespan, docs_url="/docs", redoc_url=None)
 
-    def error(status: int, message: str, field_name: str | None) -> JSONResponse:
-        return JSONResponse({"error": message, "field": field_name}, status_code=status)
+    def error(status: int, message: str, field_name: str | None, headers=None) -> JSONResponse:
+        return JSONResponse({"error": message, "field": field_name}, status_code=status,
+                            headers=headers)
+
+    @app.middleware("http")
+    async def request_id(request: Request, call_next):
+        given = request.headers.get("x-request-id", "")
+        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        request.state.request_id = rid
+        start = time.perf_counter()
+        response = await call_next(request)
+        seconds = time.perf_counter() - start
+        response.headers["X-Request-ID"] = rid
+        path = request.url.path if request.url.path in _PATHS else "other"
+        metrics.requests.labels(path, str(response.status_code)).inc()
+        if path == "/predict":
+            metrics.latency.observe(seconds)
+        if options.access_log:
+            access.info(json.dumps({"time": round(time.time(), 3), "request_id": rid,
+                                    "method": request.method, "path": request.url.path,
+                                    "status": response.status_code, "ms": round(seconds * 1e3, 2),
+                                    "client": request.client.host if request.client else None}))
+        return response
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):  # 404, 405 in the same JSON shape
@@ -219,42 +168,72 @@ def create_app(options: ServeOptions):
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", **state["batcher"].counts}
+        return {"status": "ok", **state["batcher"].counts, "queued": state["batcher"].queued}
+
+    @app.get("/ready")
+    async def ready():
+        if _draining:
+            return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
+        return {"ready": True}
 
     @app.get("/model")
     async def model():
         return state["info"]
 
-    @app.post("/predict")
+    @app.get("/metrics")
+    async def prometheus():
+        from prometheus_client import CONTENT_TYPE_LATEST
+
+        return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/predict", openapi_extra={"requestBody": {
+        "required": True, "content": {"application/json": {"schema": REQUEST_SCHEMA}}}})
     async def predict(request: Request, top_k: int | None = None):
+        """Relations for one example or a list; a sentence with entities gives every pair."""
         k = options.top_k if top_k is None else top_k
         if not 1 <= k <= len(state["predictor"].labels):
             return error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}", "top_k")
         try:
-            body = await _read_body(request, options.max_body_bytes)
-            items, many = parse_items(body, options)
+            body = await _read_body(request, options.max_body_bytes, options.body_timeout_s)
+            parsed = await asyncio.to_thread(parse_items, body, limits)  # off the event loop
+            results = await state["batcher"].predict(parsed.items, k, parsed.examples)
         except BadRequest as exc:
             return error(exc.status, exc.message, exc.field)
-        try:
-            results = await state["batcher"].predict(items, k)
-        except UserError as exc:  # e.g. an LM tokenizer refusing a text
+        except Busy as exc:
+            return error(503, f"the server is busy ({exc}); retry later", None, {"Retry-After": "1"})
+        except ItemFailed as exc:
             return error(422, str(exc), "body")
-        return results if many else results[0]
+        return results if parsed.many else results[0]
 
     return app
 
 
-async def _read_body(request, limit: int) -> bytes:
+_PATHS = ("/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
+
+
+async def _read_body(request, limit: int, timeout: float) -> bytes:
+    from starlette.requests import ClientDisconnect
+
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise BadRequest(413, f"a body of {declared} bytes; at most {limit}", "body")
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise BadRequest(413, f"a body of more than {limit} bytes", "body")
-        chunks.append(chunk)
-    return b"".join(chunks)
+
+    async def read() -> bytes:
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise BadRequest(413, f"a body of more than {limit} bytes", "body")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    try:
+        return await asyncio.wait_for(read(), timeout)
+    except asyncio.TimeoutError:
+        raise BadRequest(408, f"the body did not arrive within {timeout:g} s", "body") from None
+    except ClientDisconnect:
+        raise BadRequest(400, "the client closed the connection before its body was sent",
+                         "body") from None
 
 
 def model_info(predictor, options: ServeOptions) -> dict:
@@ -269,28 +248,103 @@ def model_info(predictor, options: ServeOptions) -> dict:
             "max_batch": options.max_batch, "max_wait_ms": options.max_wait_ms}
 
 
+def _access_log_to_stderr(enabled: bool) -> None:
+    if enabled and not access.handlers:
+        handler = logging.StreamHandler()  # stderr, beside uvicorn's own lines
+        handler.setFormatter(logging.Formatter("%(message)s"))
+        access.addHandler(handler)
+        access.setLevel(logging.INFO)
+        access.propagate = False
+
+
 def app_from_env():
     """The application of a uvicorn worker process (``--workers N``); options come by environment."""
     return create_app(ServeOptions(**json.loads(os.environ[OPTIONS_ENV])))
 
 
 def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
-          access_log: bool = False) -> None:
-    """Run the server until SIGINT or SIGTERM (uvicorn then finishes open requests and stops)."""
+          max_connections: int = 1000, drain_timeout_s: float = 30.0) -> None:
+    """Run the server until SIGINT or SIGTERM: it stops taking connections, finishes what is in
+    flight (at most ``drain_timeout_s``), and exits; a second signal stops it at once."""
     try:
         import uvicorn
     except ImportError:
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
     from reltrain.predict import Predictor
 
+    if workers < 1 or max_connections < 1 or drain_timeout_s <= 0:
+        raise UserError("--workers and --max-connections must be at least 1, --drain-timeout-s positive")
     Predictor.from_checkpoint(options.model, runtime=options.runtime, amp=options.amp)  # errors first
+    _check_port(host, port)
     if not options.threads:
         options.threads = max(1, (os.cpu_count() or 1) // workers)
     wait = (f"waiting up to {options.max_wait_ms:g} ms for more" if options.max_wait_ms
             else "what queued while the model was busy")
-    log.info("serving %s on http://%s:%d (POST /predict, GET /health, GET /model); %d worker "
-             "process(es), batches of up to %d examples (%s)",
+    log.info("serving %s on http://%s:%d (POST /predict, GET /health /ready /model /metrics "
+             "/docs); %d worker process(es), batches of up to %d examples (%s)",
              options.model, host, port, workers, options.max_batch, wait)
     os.environ[OPTIONS_ENV] = json.dumps(asdict(options))
     uvicorn.run("reltrain.inference.server:app_from_env", factory=True, host=host, port=port,
-                workers=workers, access_log=access_log, log_level="info")
+                workers=workers, access_log=False, log_level="info",
+                limit_concurrency=max_connections,
+                timeout_graceful_shutdown=max(1, round(drain_timeout_s)))
+
+
+def _check_port(host: str, port: int) -> None:
+    """A port in use (or an address not of this machine) is one line before uvicorn starts,
+    not uvicorn's error and exit 1."""
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+            sock.bind((host, port))
+    except OSError as exc:
+        raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+
+
+def _drain_on_stop() -> None:
+    """Called once uvicorn has set its signal handlers (during startup, in every worker
+    process): the first SIGINT/SIGTERM also turns /ready false; the same signal again stops at
+    once (uvicorn does so for SIGINT only). Ctrl-C with ``--workers N`` brings a worker SIGINT
+    from the terminal and SIGTERM from its parent: two kinds, one drain."""
+    received: set[int] = set()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        previous = signal.getsignal(sig)
+        if not callable(previous):
+            continue
+
+        def on_stop(signum, frame, previous=previous):
+            global _draining
+            _draining = True
+            again = signum in received
+            received.add(signum)
+            previous(signal.SIGINT if again else signum, frame)
+
+        signal.signal(sig, on_stop)
+
+
+class _OneLine(logging.Filter):
+    """asyncio logs each failed accept() with a traceback: out of file descriptors, that is one
+    traceback per retry. One line instead, at most every 10 s."""
+
+    def __init__(self):
+        super().__init__()
+        self.last = 0.0
+
+    def filter(self, record) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        if isinstance(exc, OSError) and exc.errno in (24, 23):  # EMFILE, ENFILE
+            now = time.monotonic()
+            if now - self.last < 10:
+                return False
+            self.last = now
+            record.msg, record.args, record.exc_info = (
+                "out of file descriptors (%s): new connections wait; raise 'ulimit -n' or lower "
+                "--max-connections", (exc.strerror,), None)
+        return True
+
+
+def _quiet_fd_exhaustion() -> None:
+    asyncio_log = logging.getLogger("asyncio")
+    if not any(isinstance(f, _OneLine) for f in asyncio_log.filters):
+        asyncio_log.addFilter(_OneLine())

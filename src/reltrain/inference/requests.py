@@ -1,0 +1,149 @@
+"""The body of ``POST /predict``: parsed, bounded and checked before the model sees it.
+
+Every problem is a ``BadRequest`` with a 4xx status and the field it concerns. Limits are
+applied before the work they bound: a body's size before it is parsed, a sentence's entity
+pairs before they are built, a text's length before it is tokenized.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reltrain.errors import DataError
+
+# The keys of each request shape; any other is refused by name (a typo such as tail_ofset
+# would otherwise be ignored and the default used).
+PAIR_KEYS = frozenset({"text", "head", "tail", "head_offset", "tail_offset", "relation"})
+ROW_KEYS = frozenset({"text", "token", "h", "t", "relation"})
+SENTENCE_KEYS = frozenset({"text", "entities"})
+ENTITY_KEYS = frozenset({"name", "pos", "type", "id"})
+
+
+class BadRequest(Exception):
+    def __init__(self, status: int, message: str, field_name: str | None):
+        super().__init__(message)
+        self.status, self.message, self.field = status, message, field_name
+
+
+@dataclass
+class Limits:
+    max_items: int  # examples per request, each entity pair counting
+    max_text_chars: int
+
+
+@dataclass
+class Parsed:
+    items: list  # Record or EntitySentence
+    many: bool  # the body was a list (the answer is one too)
+    examples: int  # what the model predicts: every pair of a sentence's entities
+
+
+def parse_items(body: bytes, limits: Limits) -> Parsed:
+    """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
+    from reltrain.data.readers import json_record, pair_record, parse_json
+
+    try:
+        obj = parse_json(body.decode("utf-8"), "body")
+    except UnicodeDecodeError:
+        raise BadRequest(400, "the body is not UTF-8 text", "body") from None
+    except DataError as exc:
+        raise BadRequest(400, f"the body is not JSON text: {exc.reason}", "body") from None
+    many = isinstance(obj, list)
+    objs = obj if many else [obj]
+    if not objs:
+        raise BadRequest(422, "an empty list: send at least one example", "body")
+    if len(objs) > limits.max_items:
+        raise BadRequest(413, f"{len(objs)} examples in one request; at most {limits.max_items}",
+                         "body")
+    items, count = [], 0
+    for i, one in enumerate(objs):
+        where = f"[{i}]" if many else ""
+        count += _check_shape(one, where, limits)
+        if count > limits.max_items:
+            raise BadRequest(413, f"more than {limits.max_items} examples (every pair of a "
+                                  f"sentence's entities counts)", "body")
+        try:
+            if "entities" in one or "h" in one or "token" in one:
+                items.append(json_record(one, "request", None, entity_lists=True))
+            else:
+                items.append(pair_record(one, "request", None))
+        except DataError as exc:
+            name = f"{where}.{exc.field}" if exc.field else where
+            raise BadRequest(422, exc.reason, name.lstrip(".") or "body") from None
+    return Parsed(items, many, sum(_examples(item) for item in items))
+
+
+def _check_shape(one: object, where: str, limits: Limits) -> int:
+    """Keys and lengths of one example, before it is built; the examples it asks for (at most:
+    pairs of one span with itself are dropped later)."""
+    def field(name: str) -> str:
+        return f"{where}.{name}".lstrip(".")
+
+    if not isinstance(one, dict):
+        raise BadRequest(422, f"expected a JSON object, got {type(one).__name__}", where or "body")
+    keys = (SENTENCE_KEYS if "entities" in one else ROW_KEYS if ("h" in one or "token" in one)
+            else PAIR_KEYS)
+    unknown = sorted(k for k in one if k not in keys)
+    if unknown:
+        raise BadRequest(422, f"unknown key '{unknown[0][:60]}'; this request shape takes "
+                              f"{', '.join(sorted(keys))}", field(unknown[0][:60]))
+    text, tokens = one.get("text"), one.get("token")
+    length = (len(text) if isinstance(text, str) else
+              sum(len(t) + 1 for t in tokens if isinstance(t, str)) if isinstance(tokens, list) else 0)
+    if length > limits.max_text_chars:
+        name = "text" if isinstance(text, str) else "token"
+        raise BadRequest(422, f"text of {length} characters; at most {limits.max_text_chars}",
+                         field(name))
+    for role in ("h", "t"):
+        _check_entity(one.get(role), field(role))
+    entities = one.get("entities")
+    if isinstance(entities, list):
+        for i, entity in enumerate(entities[:limits.max_items + 1]):
+            _check_entity(entity, field(f"entities[{i}]"))
+        return len(entities) * (len(entities) - 1)
+    return 1
+
+
+def _check_entity(entity: object, name: str) -> None:
+    if isinstance(entity, dict):
+        unknown = sorted(k for k in entity if k not in ENTITY_KEYS)
+        if unknown:
+            raise BadRequest(422, f"unknown key '{unknown[0][:60]}'; an entity takes "
+                                  f"{', '.join(sorted(ENTITY_KEYS))}", f"{name}.{unknown[0][:60]}")
+
+
+def _examples(item) -> int:
+    from reltrain.data.schema import EntitySentence
+
+    return len(item.pairs()) if isinstance(item, EntitySentence) else 1
+
+
+_ENTITY = {"type": "object", "additionalProperties": False, "required": ["pos"],
+           "properties": {"name": {"type": "string"},
+                          "pos": {"type": "array", "items": {"type": "integer"},
+                                  "minItems": 2, "maxItems": 2,
+                                  "description": "[start, end): character offsets (token "
+                                                 "positions with 'token')"},
+                          "type": {"type": "string"}, "id": {"type": "string"}}}
+_SHAPES = [
+    {"title": "pair", "type": "object", "additionalProperties": False,
+     "required": ["text", "head", "tail"],
+     "description": "a sentence and two entity strings (first occurrence, or at the offsets)",
+     "properties": {"text": {"type": "string"}, "head": {"type": "string"},
+                    "tail": {"type": "string"}, "head_offset": {"type": "integer", "minimum": 0},
+                    "tail_offset": {"type": "integer", "minimum": 0},
+                    "relation": {"type": "string", "description": "gold label, echoed"}}},
+    {"title": "row", "type": "object", "additionalProperties": False, "required": ["h", "t"],
+     "description": "the JSON-lines shape: 'text' (or 'token', a list of words) with h and t",
+     "properties": {"text": {"type": "string"},
+                    "token": {"type": "array", "items": {"type": "string"}},
+                    "h": _ENTITY, "t": _ENTITY, "relation": {"type": "string"}}},
+    {"title": "sentence", "type": "object", "additionalProperties": False,
+     "required": ["text", "entities"],
+     "description": "a sentence with entities: every ordered pair is predicted",
+     "properties": {"text": {"type": "string"},
+                    "entities": {"type": "array", "items": _ENTITY, "minItems": 2}}},
+]
+# POST /predict's body in the OpenAPI schema: one example, or a list of them.
+REQUEST_SCHEMA = {"oneOf": [*_SHAPES, {"type": "array", "items": {"oneOf": _SHAPES},
+                                       "minItems": 1}]}
