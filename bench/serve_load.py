@@ -5,10 +5,19 @@ micro-batching on (``--max-batch 64``: what queued while the model was busy; and
     python bench/serve_load.py                 # CNN trained on deepke-zh, 20 s per setting
     python bench/serve_load.py --model my-model --seconds 10
 
+    python bench/serve_load.py --abuse --clients 8 --seconds 15
+
 Each client is a thread with its own keep-alive connection that sends one example per request
 (deepke-zh test sentences, in turn) and waits for the answer; clients and server share this
 machine's cores, as they would on a small host. Printed: requests/s, p50 and p99 latency, the
 mean batch the server formed (from GET /health), and the ratio of requests/s to batching off.
+
+``--abuse``: the good clients once alone and once beside three abusers running all the while in a
+process of their own (a slow client that sends headers and half a body and then stalls, again
+and again; a sentence with 4,000 entities, 16 million pairs; a list with one bad item among good
+ones; the last two ``--abuse-rate`` times a second each), micro-batching on; printed: the good
+clients' p50/p99 in both runs and the ratio (the goal: p99 under 2x), and what the abusers were
+answered.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import argparse
 import csv
 import http.client
 import json
+import multiprocessing
 import os
 import socket
 import subprocess
@@ -102,12 +112,113 @@ def load(port: int, bodies: list[bytes], clients: int, seconds: float) -> tuple[
     return len(flat) / elapsed, flat
 
 
+ABUSE = {
+    "pairs": json.dumps({"text": " ".join(f"w{i}" for i in range(40)),
+                         "entities": [{"pos": [3 * i, 3 * i + 2]} for i in range(4000)]}).encode(),
+}
+
+
+ABUSERS = ("stall", "pairs", "bad")
+
+
+def abusers(port: int, good: bytes, stop: threading.Event, answered: dict,
+            rate: float, kinds: list[str]) -> list[threading.Thread]:
+    """Three clients that misbehave until ``stop``, the posting ones ``rate`` times a second
+    each; ``answered`` counts their statuses."""
+    bad_list = b"[" + good + b", " + json.dumps({"text": "x", "head": "y", "tail": "z"}).encode() \
+        + b"]"
+    lock = threading.Lock()
+
+    def note(kind: str, status) -> None:
+        with lock:
+            answered.setdefault(kind, {}).setdefault(status, 0)
+            answered[kind][status] += 1
+
+    def stalling() -> None:
+        while not stop.is_set():
+            with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+                s.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+                try:
+                    note("stalled body", s.recv(100).split(b" ")[1].decode())
+                except (OSError, IndexError):
+                    note("stalled body", "closed")
+
+    def posting(kind: str, body: bytes) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        due = time.perf_counter()
+        while not stop.is_set():
+            conn.request("POST", "/predict", body, {"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            resp.read()
+            note(kind, resp.status)
+            due += 1 / rate
+            stop.wait(max(0.0, due - time.perf_counter()))
+
+    threads = [threading.Thread(target=stalling, daemon=True),
+               threading.Thread(target=posting, args=("4,000 entities", ABUSE["pairs"]), daemon=True),
+               threading.Thread(target=posting, args=("a bad item in a list", bad_list), daemon=True)]
+    threads = [t for t, name in zip(threads, ABUSERS) if name in kinds]
+    for t in threads:
+        t.start()
+    return threads
+
+
+def abuse(port: int, good: bytes, stop, queue, rate: float, kinds: list[str]) -> None:
+    """The abusers until ``stop``; what they were answered goes to ``queue``."""
+    done, answered = threading.Event(), {}
+    threads = abusers(port, good, done, answered, rate, kinds)
+    stop.wait()
+    done.set()
+    for t in threads:
+        t.join(timeout=10)
+    queue.put(answered)
+
+
+def abuse_run(model: Path, bodies: list[bytes], clients: int, seconds: float, rate: float,
+              kinds: list[str]) -> None:
+    # A short body timeout, so that the stalling client comes back many times in a run.
+    proc, port = start_server(model, ["--max-batch", "64", "--body-timeout-s", "2"])
+    try:
+        load(port, bodies, clients, min(2.0, seconds))  # warm up
+        _, alone = load(port, bodies, clients, seconds)
+        # The abusers run in a process of their own (they stand for other hosts' clients), so
+        # that their threads do not hold this process's GIL from the good clients.
+        ctx = multiprocessing.get_context("spawn")
+        stop, queue = ctx.Event(), ctx.Queue()
+        abusing = ctx.Process(target=abuse, args=(port, bodies[0], stop, queue, rate, kinds))
+        abusing.start()
+        time.sleep(1.0)
+        _, beside = load(port, bodies, clients, seconds)
+        stop.set()
+        answered = queue.get(timeout=60)
+        abusing.join(timeout=30)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    p50 = [np.percentile(x, 50) * 1e3 for x in (alone, beside)]
+    p99 = [np.percentile(x, 99) * 1e3 for x in (alone, beside)]
+    print(f"{clients} good clients, micro-batching on, {seconds:g} s per run; abusers post "
+          f"{rate:g} requests/s each", flush=True)
+    print(f"{'':>16}{'p50 ms':>9}{'p99 ms':>9}{'requests':>10}")
+    print(f"{'alone':>16}{p50[0]:>9.1f}{p99[0]:>9.1f}{len(alone):>10}")
+    print(f"{'beside abusers':>16}{p50[1]:>9.1f}{p99[1]:>9.1f}{len(beside):>10}")
+    print(f"p99 ratio (beside / alone): {p99[1] / p99[0]:.2f}")
+    for kind, statuses in answered.items():
+        print(f"abuser '{kind}': {dict(sorted(statuses.items(), key=str))}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", default=str(DEFAULT_DATA))
     p.add_argument("--model", help="an exported folder (default: train a CNN on deepke-zh)")
     p.add_argument("--seconds", type=float, default=20)
     p.add_argument("--clients", type=int, nargs="+", default=[1, 8, 64])
+    p.add_argument("--abuse", action="store_true", help="good clients' latency beside abusive ones")
+    p.add_argument("--abuse-rate", type=float, default=20,
+                   help="requests/s of each posting abuser (a flood at any rate is a rate "
+                        "limiter's job, in front of the server)")
+    p.add_argument("--abusers", nargs="+", choices=ABUSERS, default=list(ABUSERS),
+                   help="which abusers run (default: all)")
     args = p.parse_args()
     data = Path(args.data)
     with open(data / "test.csv", encoding="utf-8", newline="") as f:
@@ -117,6 +228,11 @@ def main() -> None:
                   for r in csv.DictReader(f)]
     with tempfile.TemporaryDirectory(prefix="reltrain-serve-") as tmp:
         model = Path(args.model) if args.model else train_model(data, Path(tmp))
+        if args.abuse:
+            print(f"{os.cpu_count()} cores; one example per good request", flush=True)
+            for clients in args.clients:
+                abuse_run(model, bodies, clients, args.seconds, args.abuse_rate, args.abusers)
+            return
         print(f"{os.cpu_count()} cores; {args.seconds:g} s per setting; one example per request",
               flush=True)
         print(f"{'clients':>8}{'batching':>10}{'req/s':>9}{'vs off':>8}{'p50 ms':>9}{'p99 ms':>9}"

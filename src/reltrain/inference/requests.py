@@ -97,11 +97,13 @@ def _check_shape(one: object, where: str, limits: Limits) -> int:
     for role in ("h", "t"):
         _check_entity(one.get(role), field(role))
     entities = one.get("entities")
-    if isinstance(entities, list):
-        for i, entity in enumerate(entities[:limits.max_items + 1]):
+    if not isinstance(entities, list):
+        return 1
+    pairs = len(entities) * (len(entities) - 1)
+    if pairs <= limits.max_items:  # else refused by the caller, before any entity is looked at
+        for i, entity in enumerate(entities):
             _check_entity(entity, field(f"entities[{i}]"))
-        return len(entities) * (len(entities) - 1)
-    return 1
+    return pairs
 
 
 def _check_entity(entity: object, name: str) -> None:

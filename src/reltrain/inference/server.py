@@ -18,6 +18,7 @@ answer carries the request's ``X-Request-ID``. docs/serving.md lists the limits 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at runtime,
 # and Request is imported inside create_app (FastAPI is an optional extra).
 import asyncio
+import gc
 import json
 import logging
 import os
@@ -123,6 +124,12 @@ def create_app(options: ServeOptions):
         batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000,
                           options.max_queue, metrics)
         state.update(predictor=predictor, batcher=batcher, info=model_info(predictor, options))
+        # The model, torch and the app are hundreds of thousands of long-lived objects that
+        # every full collection would walk again: a large request body that triggers one
+        # stalled every client for ~100 ms (bench/serve_load.py --abuse). Frozen, they are
+        # left out of collections.
+        gc.collect()
+        gc.freeze()
         task = asyncio.create_task(batcher.run())
         try:
             yield
@@ -136,25 +143,7 @@ def create_app(options: ServeOptions):
         return JSONResponse({"error": message, "field": field_name}, status_code=status,
                             headers=headers)
 
-    @app.middleware("http")
-    async def request_id(request: Request, call_next):
-        given = request.headers.get("x-request-id", "")
-        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        request.state.request_id = rid
-        start = time.perf_counter()
-        response = await call_next(request)
-        seconds = time.perf_counter() - start
-        response.headers["X-Request-ID"] = rid
-        path = request.url.path if request.url.path in _PATHS else "other"
-        metrics.requests.labels(path, str(response.status_code)).inc()
-        if path == "/predict":
-            metrics.latency.observe(seconds)
-        if options.access_log:
-            access.info(json.dumps({"time": round(time.time(), 3), "request_id": rid,
-                                    "method": request.method, "path": request.url.path,
-                                    "status": response.status_code, "ms": round(seconds * 1e3, 2),
-                                    "client": request.client.host if request.client else None}))
-        return response
+    app.add_middleware(_Observed, metrics=metrics, access_log=options.access_log)
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):  # 404, 405 in the same JSON shape
@@ -195,7 +184,9 @@ def create_app(options: ServeOptions):
             return error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}", "top_k")
         try:
             body = await _read_body(request, options.max_body_bytes, options.body_timeout_s)
-            parsed = await asyncio.to_thread(parse_items, body, limits)  # off the event loop
+            # A large body is parsed off the event loop; a small one costs less than the handover.
+            parsed = (parse_items(body, limits) if len(body) < _INLINE_BODY
+                      else await asyncio.to_thread(parse_items, body, limits))
             results = await state["batcher"].predict(parsed.items, k, parsed.examples)
         except BadRequest as exc:
             return error(exc.status, exc.message, exc.field)
@@ -209,6 +200,44 @@ def create_app(options: ServeOptions):
 
 
 _PATHS = ("/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
+_INLINE_BODY = 16_384  # bytes: parsed in well under a millisecond
+
+
+class _Observed:
+    """ASGI middleware: the request id taken or made and echoed, the Prometheus counts, and
+    the access log line (a plain ASGI wrapper: Starlette's http middleware costs far more)."""
+
+    def __init__(self, app, metrics: Metrics, access_log: bool):
+        self.app, self.metrics, self.access_log = app, metrics, access_log
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+        start, status = time.perf_counter(), [500]
+
+        async def sending(message):
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+                message = {**message, "headers": [*message.get("headers", ()),
+                                                  (b"x-request-id", rid.encode())]}
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            seconds = time.perf_counter() - start
+            path = scope["path"] if scope["path"] in _PATHS else "other"
+            self.metrics.requests.labels(path, str(status[0])).inc()
+            if path == "/predict":
+                self.metrics.latency.observe(seconds)
+            if self.access_log:
+                client = scope.get("client")
+                access.info(json.dumps({"time": round(time.time(), 3), "request_id": rid,
+                                        "method": scope["method"], "path": scope["path"],
+                                        "status": status[0], "ms": round(seconds * 1e3, 2),
+                                        "client": client[0] if client else None}))
 
 
 async def _read_body(request, limit: int, timeout: float) -> bytes:
