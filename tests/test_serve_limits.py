@@ -120,7 +120,7 @@ def test_a_second_sigterm_stops_a_server_that_waits_for_a_stalled_client(model):
     srv = Server(model, "--body-timeout-s", "300", "--drain-timeout-s", "300")
     stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
     stalled.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
-    time.sleep(0.5)
+    time.sleep(1.5)  # its headers read: a request in flight, which the drain waits for
     srv.proc.send_signal(signal.SIGTERM)
     time.sleep(1.0)
     assert srv.proc.poll() is None  # draining: the stalled request is still in flight
@@ -244,3 +244,24 @@ def test_the_first_stop_signal_drains_and_the_same_one_again_forces(monkeypatch)
     finally:
         for sig, handler in saved.items():
             signal.signal(sig, handler)
+
+
+def test_running_out_of_descriptors_is_one_line_not_a_traceback_per_accept():
+    import errno
+    import logging
+
+    from reltrain.inference.server import _OneLine
+
+    one = _OneLine()
+    exc = OSError(errno.EMFILE, "Too many open files")
+
+    def record():
+        return logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "socket.accept() out of "
+                                 "system resource", None, (OSError, exc, None))
+
+    first, again = record(), record()
+    assert one.filter(first) and first.exc_info is None
+    assert "out of file descriptors (Too many open files)" in first.getMessage()
+    assert not one.filter(again)  # within 10 s: dropped
+    other = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "other", None, None)
+    assert one.filter(other) and other.getMessage() == "other"
