@@ -78,7 +78,7 @@ def test_an_exported_folder_is_read_inside_itself_only(trained, tmp_path):
     outside = tmp_path / "outside.txt"
     outside.write_text("secret")
     cases = {}
-    for case in ("dotdot", "absolute", "symlink", "device", "fifo"):
+    for case in ("dotdot", "absolute", "symlink", "device", "fifo", "weights"):
         copy_ = tmp_path / case
         shutil.copytree(folder, copy_)
         config = json.loads((copy_ / "config.json").read_text())
@@ -92,14 +92,17 @@ def test_an_exported_folder_is_read_inside_itself_only(trained, tmp_path):
         elif case == "device":
             (copy_ / "tokenizer.json").unlink()
             (copy_ / "tokenizer.json").symlink_to("/dev/zero")
-        else:
+        elif case == "fifo":
             (copy_ / "tokenizer.json").unlink()
             os.mkfifo(copy_ / "tokenizer.json")  # opening it for reading would wait for a writer
+        else:  # the weights, a link to weights outside the folder
+            (copy_ / "model.safetensors").rename(tmp_path / "outside.safetensors")
+            (copy_ / "model.safetensors").symlink_to(tmp_path / "outside.safetensors")
         (copy_ / "config.json").write_text(json.dumps(config))
         cases[case] = copy_
     for case in ("dotdot", "absolute"):
         refused(str(cases[case]), "tokenizer.files must name files among")
-    for case in ("symlink", "device"):
+    for case in ("symlink", "device", "weights"):
         refused(str(cases[case]), "a link; an exported folder holds its own files")
     refused(str(cases["fifo"]), "not a regular file")
     assert outside.read_text() == "secret"

@@ -241,20 +241,36 @@ def read_member(folder: Path, name: str, limit: int | None = TEXT_LIMIT) -> byte
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags)
+    except OSError as exc:
+        member_path(folder, name)  # says what is wrong: missing, a link, ...
+        raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+    with os.fdopen(fd, "rb") as f:
+        _check_member(path, os.fstat(f.fileno()), limit)
+        return f.read()
+
+
+def member_path(folder: Path, name: str) -> Path:
+    """``folder / name`` once it is known to be a regular file there, not a link: for a file
+    too large to read into memory first (the weights), which its loader maps from the path."""
+    path = folder / name
+    try:
+        info = os.lstat(path)
     except FileNotFoundError:
         raise UserError(f"{folder}: incomplete export: no {name}") from None
     except OSError as exc:
-        if os.path.islink(path):
-            raise UserError(f"{path}: a link; an exported folder holds its own files") from None
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(f.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"{path}: not a regular file")
-        if limit is not None and info.st_size > limit:
-            raise UserError(f"{path}: {info.st_size} bytes, more than the {limit // MIB} MiB "
-                            f"such a file may have")
-        return f.read()
+    if stat.S_ISLNK(info.st_mode):
+        raise UserError(f"{path}: a link; an exported folder holds its own files")
+    _check_member(path, info, None)
+    return path
+
+
+def _check_member(path: Path, info: os.stat_result, limit: int | None) -> None:
+    if not stat.S_ISREG(info.st_mode):
+        raise UserError(f"{path}: not a regular file")
+    if limit is not None and info.st_size > limit:
+        raise UserError(f"{path}: {info.st_size} bytes, more than the {limit // MIB} MiB "
+                        f"such a file may have")
 
 
 def _member_json(folder: Path, name: str) -> object:
@@ -271,7 +287,7 @@ def is_exported(path: str | Path) -> bool:
 def read_exported(folder: str | Path) -> Artifact:
     """The artifact of a folder written by ``reltrain export``."""
     from safetensors import SafetensorError
-    from safetensors.torch import load as load_safetensors
+    from safetensors.torch import load_file
 
     folder = Path(folder)
     card = _member_json(folder, CONFIG)
@@ -289,7 +305,7 @@ def read_exported(folder: str | Path) -> Artifact:
         raise UserError(f"{folder}/{CONFIG}: id2label must have the keys 0 to N-1")
     labels = [id2label[str(i)] for i in range(len(id2label))]
     try:
-        weights = load_safetensors(read_member(folder, WEIGHTS, limit=None))
+        weights = load_file(str(member_path(folder, WEIGHTS)))
     except SafetensorError as exc:
         raise UserError(f"{folder}: incomplete or damaged export ({str(exc)[:200]})") from None
     payload = {"config": card.get("reltrain_config"), "labels": labels, "model": weights,

@@ -83,15 +83,14 @@ def export_onnx(model: nn.Module, example: dict[str, torch.Tensor], path: Path, 
 def _check_self_contained(path: Path) -> None:
     """``path`` is a regular file inside its folder (no link) whose tensors are all inside it:
     ONNX lets a tensor name an external file by path, which onnxruntime would read."""
-    from reltrain.artifacts import read_member
+    from reltrain.artifacts import member_path
 
     _require("onnx")
     import onnx
     from google.protobuf.message import DecodeError
 
-    data = read_member(path.parent, path.name, limit=None)
     try:
-        model = onnx.load_model_from_string(data)
+        model = onnx.load_model(str(member_path(path.parent, path.name)), load_external_data=False)
     except (DecodeError, ValueError, RuntimeError) as exc:
         raise UserError(f"{path}: onnxruntime cannot load it (not an ONNX model: {str(exc)[:120]})") from None
     external = onnx.TensorProto.EXTERNAL
