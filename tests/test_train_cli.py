@@ -334,3 +334,15 @@ def test_max_len_beyond_the_pretrained_positions_is_one_line(small_en, tiny_bert
                      f"model.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false",
                      "log.plots=false")
     assert "data.max_len=300 is more than the 256 positions" in line
+
+
+def test_summary_counts_the_child_that_built_the_cache(small_en, tmp_path):
+    args = ["train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
+            "log.plots=false", f"data.cache_dir={tmp_path / 'cache'}"]
+    peaks = []
+    for run in ("built", "reused"):
+        result = run_cli(*args, f"output_dir={tmp_path / run}")
+        assert result.returncode == 0, result.stderr
+        summary = json.loads((tmp_path / run / "summary.json").read_text())
+        peaks.append(summary["peak_rss_children_mb"])
+    assert peaks[0] > 10 and peaks[1] == 0  # the tokenizing child, then no child at all

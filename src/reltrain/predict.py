@@ -113,7 +113,7 @@ class Predictor:
         (e0, e2), ..., (e1, e0), ...``; ``entities``: ``[{"name": ..., "pos": [start, end]}]``.
 
         >>> p.predict_pairs("Alice Moreau was born in Dunmore .",
-        ...                 [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [24, 31]}])
+        ...                 [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [25, 32]}])
         """
         from reltrain.data.readers import entity_sentence
 

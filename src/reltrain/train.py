@@ -263,6 +263,9 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank
+        # the largest of its finished child processes (tokenizing for the cache, plots): the
+        # kernel keeps the maximum, not a sum, and knows nothing of children still running
+        "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         # torch's allocator on this rank's GPU (what the tensors held at most, not the cache)
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(ctx.device) / 2**20
                         if ctx.device.type == "cuda" else None),
