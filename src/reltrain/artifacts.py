@@ -31,7 +31,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_ma
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
 
 MIB = 1 << 20
-TEXT_LIMIT = 256 * MIB  # one JSON or tokenizer file (a 250k-word tokenizer.json is ~20 MB)
+TEXT_LIMIT = 256 * MIB  # one JSON or tokenizer file: far above any real tokenizer's
 MAX_LABELS = 100_000
 MAX_VOCAB = 20_000_000
 MAX_NAME = 1000  # characters of a label, a token, a weight's name

@@ -124,10 +124,8 @@ def create_app(options: ServeOptions):
         batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000,
                           options.max_queue, metrics)
         state.update(predictor=predictor, batcher=batcher, info=model_info(predictor, options))
-        # The model, torch and the app are hundreds of thousands of long-lived objects that
-        # every full collection would walk again: a large request body that triggers one
-        # stalled every client for ~100 ms (bench/serve_load.py --abuse). Frozen, they are
-        # left out of collections.
+        # torch and the model are many long-lived objects that every full collection (which a
+        # large request body can set off) would walk again; frozen, they are left out.
         gc.collect()
         gc.freeze()
         task = asyncio.create_task(batcher.run())
@@ -184,7 +182,7 @@ def create_app(options: ServeOptions):
             return error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}", "top_k")
         try:
             body = await _read_body(request, options.max_body_bytes, options.body_timeout_s)
-            # A large body is parsed off the event loop; a small one costs less than the handover.
+            # A body of more than a few examples is parsed off the event loop.
             parsed = (parse_items(body, limits) if len(body) < _INLINE_BODY
                       else await asyncio.to_thread(parse_items, body, limits))
             results = await state["batcher"].predict(parsed.items, k, parsed.examples)
@@ -200,12 +198,13 @@ def create_app(options: ServeOptions):
 
 
 _PATHS = ("/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
-_INLINE_BODY = 16_384  # bytes: parsed in well under a millisecond
+_INLINE_BODY = 2048  # bytes, about 20 examples: too little work to matter to the event loop
 
 
 class _Observed:
     """ASGI middleware: the request id taken or made and echoed, the Prometheus counts, and
-    the access log line (a plain ASGI wrapper: Starlette's http middleware costs far more)."""
+    the access log line; a plain ASGI wrapper, without the task and streams that Starlette's
+    http middleware adds to every request."""
 
     def __init__(self, app, metrics: Metrics, access_log: bool):
         self.app, self.metrics, self.access_log = app, metrics, access_log
