@@ -245,7 +245,9 @@ def test_export_takes_a_run_directory_and_an_exported_folder(trained, tmp_path):
     run_dir = checkpoint.parent.parent
     assert main(["export", str(run_dir), str(tmp_path / "from-run")]) == 0
     assert main(["export", str(folder), str(tmp_path / "from-folder")]) == 0
+    original = json.loads((folder / "config.json").read_text())
     for out in ("from-run", "from-folder"):
         card = json.loads((tmp_path / out / "config.json").read_text())
-        assert card["metrics"] == json.loads((folder / "config.json").read_text())["metrics"]
+        assert card["metrics"] == original["metrics"]
+        assert card["training_data"] == original["training_data"]
     assert "neither an exported folder" in user_error(run_cli("export", str(tmp_path), str(tmp_path / "x")))

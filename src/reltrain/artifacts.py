@@ -308,8 +308,11 @@ def read_exported(folder: str | Path) -> Artifact:
         weights = load_file(str(member_path(folder, WEIGHTS)))
     except SafetensorError as exc:
         raise UserError(f"{folder}: incomplete or damaged export ({str(exc)[:200]})") from None
+    trained_on = card.get("training_data") if isinstance(card.get("training_data"), dict) else {}
     payload = {"config": card.get("reltrain_config"), "labels": labels, "model": weights,
-               "hf_config": card.get("hf_config"), "data_rows": None}
+               "hf_config": card.get("hf_config"),
+               "data_rows": {split: d.get("rows") for split, d in trained_on.items()
+                             if isinstance(d, dict)}}
     if tok.get("kind") == "pretrained":
         names = tok.get("files")
         if not isinstance(names, list) or not all(n in TOKENIZER_FILES for n in names):
