@@ -211,10 +211,13 @@ def _typed_value(kind, value, key: str):
           str: isinstance(value, str) and len(value) <= _MAX_STRING,
           list[int]: (isinstance(value, list) and len(value) <= _MAX_LIST
                       and all(isinstance(v, int) and not isinstance(v, bool) for v in value))}[kind]
-    if not ok:
-        raise UserError(f"{key} must be {getattr(kind, '__name__', str(kind))}, not "
-                        f"{type(value).__name__}" + (" (too long)" if isinstance(value, (str, list)) else ""))
-    return float(value) if kind is float else list(value) if kind == list[int] else value
+    if ok:
+        return float(value) if kind is float else list(value) if kind == list[int] else value
+    if kind is str and isinstance(value, str):
+        raise UserError(f"{key} is longer than {_MAX_STRING} characters")
+    if kind == list[int]:
+        raise UserError(f"{key} must be a list of at most {_MAX_LIST} integers")
+    raise UserError(f"{key} must be {kind.__name__}, not {type(value).__name__}")
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
