@@ -105,6 +105,12 @@ def test_predict_reads_standard_input(run_dir, small_en, zh_csv, tmp_path, kind)
     assert got == read_jsonl(tmp_path / "file.jsonl")
 
 
+def test_standard_input_is_read_by_one_process_only(run_dir):
+    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best.pt"), "-",
+                              "--devices", "2"))
+    assert "standard input" in line
+
+
 def test_predict_options_that_contradict_are_refused(run_dir, small_en, capsys):
     model = str(run_dir / "checkpoints/best.pt")
     line = cli_error(capsys, "predict", model, small_en["test"], "--head", "Alice")

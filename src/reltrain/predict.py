@@ -15,6 +15,7 @@ from reltrain.config import Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import Split, encode_records
+from reltrain.data.readers import STDIN
 from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import SharedUserError, UserError
 from reltrain.output import check_output, output_stream
@@ -240,6 +241,9 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                                               amp=amp)
         if ctx.is_main:
             log.info(predictor.precision.describe())
+        if data == STDIN and ctx.distributed:  # the ranks would share one stream
+            raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
+                                  "--devices / torchrun, or give a file")
         if not 1 <= top_k <= len(predictor.labels):
             raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
                                   f"model's relations), not {top_k}")
