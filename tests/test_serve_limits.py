@@ -265,3 +265,15 @@ def test_running_out_of_descriptors_is_one_line_not_a_traceback_per_accept():
     assert not one.filter(again)  # within 10 s: dropped
     other = logging.LogRecord("asyncio", logging.ERROR, __file__, 1, "other", None, None)
     assert one.filter(other) and other.getMessage() == "other"
+
+
+def test_serve_limits_out_of_range_are_one_line(model, capsys):  # noqa: F811
+    from conftest import cli_error
+
+    for flags, words in ((["--max-queue", "0"], "must be at least 1"),
+                         (["--max-items", "100", "--max-queue", "50"], "must hold at least one request"),
+                         (["--body-timeout-s", "0"], "--body-timeout-s positive"),
+                         (["--max-connections", "0"], "--max-connections must be at least 1"),
+                         (["--drain-timeout-s", "-1"], "--drain-timeout-s positive"),
+                         (["--port", "70000"], "--port must be from 0 to 65535")):
+        assert words in cli_error(capsys, "serve", str(model), *flags), flags
