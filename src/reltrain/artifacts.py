@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from reltrain.config import METRICS, Config, config_from_dict
-from reltrain.errors import UserError
+from reltrain.errors import UserError, first_line
 
 EXPORT_FORMAT = "reltrain-export"
 EXPORT_VERSION = 1
@@ -233,7 +233,7 @@ def _rows(value: object) -> dict | None:
             if isinstance(value.get(k), int) and not isinstance(value.get(k), bool)}
 
 
-def read_member(folder: Path, name: str, limit: int | None = TEXT_LIMIT) -> bytes:
+def read_member(folder: Path, name: str, limit: int = TEXT_LIMIT) -> bytes:
     """The bytes of the regular file ``name`` directly inside ``folder``: a link, a device, a
     pipe or a file over ``limit`` bytes is refused, so a folder cannot make reltrain read
     anything outside it."""
@@ -364,7 +364,7 @@ def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
         raise
     except Exception as exc:  # transformers raises several types for a config it cannot build
         raise UserError(f"{where}: its config does not build a {cfg.model.name} model "
-                        f"({str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__})") from None
+                        f"({first_line(exc, 160)})") from None
     got = {k: tuple(v.shape) for k, v in artifact.weights.items()}
     if expected != got:
         name = sorted(set(expected) ^ set(got)) or sorted(k for k in expected if expected[k] != got[k])

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from reltrain.errors import UserError
+from reltrain.errors import UserError, first_line
 
 
 def _opt(default, help: str, **kw):
@@ -156,7 +156,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         raise UserError(_option_error(exc)) from None
     except Exception as exc:  # YAML syntax errors come from PyYAML
         if type(exc).__module__.startswith("yaml"):
-            raise UserError(f"{path}: not valid YAML/JSON: {_first_line(exc)}") from None
+            raise UserError(f"{path}: not valid YAML/JSON: {first_line(exc)}") from None
         raise
     validate(cfg)
     return cfg
@@ -235,11 +235,7 @@ def _option_error(exc) -> str:
         hint = f"did you mean '{close[0]}'? " if close else ""
         return f"bad option: unknown key '{key}' ({hint}see 'reltrain train --help')"
     where = f"{key}: " if key else ""
-    return f"bad option: {where}{_first_line(exc)}"
-
-
-def _first_line(exc: Exception) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"bad option: {where}{first_line(exc)}"
 
 
 def _check(ok: bool, message: str) -> None:

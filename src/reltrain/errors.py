@@ -5,6 +5,13 @@ from __future__ import annotations
 import signal
 
 
+def first_line(exc: BaseException, limit: int | None = None) -> str:
+    """An exception's message cut to its first line (its type's name when it has none), for
+    one-line errors built around another library's exception."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:limit] if text else type(exc).__name__
+
+
 class UserError(Exception):
     """Bad options, bad data or a bad file: reported without a traceback.
 

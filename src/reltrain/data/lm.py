@@ -20,7 +20,7 @@ from pathlib import Path
 from reltrain.artifacts import TOKENIZER_FILES
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, truncate
-from reltrain.errors import UserError
+from reltrain.errors import UserError, first_line
 
 
 def _markers(role: str, type_: str | None) -> tuple[str, str]:
@@ -72,8 +72,7 @@ class LMTokenizer:
         try:
             hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
         except Exception as exc:  # tokenizers' Rust errors are plain Exceptions; all mean "unusable"
-            first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-            raise UserError(f"cannot load a tokenizer from {folder}: {first}") from None
+            raise UserError(f"cannot load a tokenizer from {folder}: {first_line(exc, 200)}") from None
         return cls(hf, types, added)
 
     @classmethod

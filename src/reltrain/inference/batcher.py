@@ -8,6 +8,8 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
+from reltrain.errors import first_line
+
 log = logging.getLogger("reltrain.serve")
 
 
@@ -99,7 +101,7 @@ class Batcher:
         if self.metrics is not None:
             self.metrics.failed_batches.inc()
         log.warning("a batch of %d request(s) failed: %s: %s", requests, type(exc).__name__,
-                    str(exc).splitlines()[0][:200] if str(exc) else "")
+                    first_line(exc, 200))
 
     @staticmethod
     def _fail(job: _Job, exc: Exception) -> None:
