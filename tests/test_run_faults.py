@@ -208,16 +208,17 @@ def test_ctrl_c_while_the_devices_workers_preprocess(tmp_path):
 
 
 def test_a_signal_while_starting_is_noted_and_stops_the_run_after_the_imports():
-    """`reltrain train` imports torch under StopRequest.noted(): raised in the middle of an
-    extension module's import, the signal's exception left numpy half-loaded in a worker."""
+    """`reltrain train` imports torch under a StopRequest whose handler only notes the signal:
+    raised in the middle of an extension module's import, an exception left numpy half-loaded."""
     from reltrain.errors import Preempted
-    from reltrain.training.preemption import StopRequest
+    from reltrain.stops import StopRequest
 
     before, reached = signal.getsignal(signal.SIGUSR1), False
+    with StopRequest() as stop:
+        os.kill(os.getpid(), signal.SIGUSR1)
+        reached = True  # the signal did not cut the block short
+    assert reached and signal.getsignal(signal.SIGUSR1) is before
     with pytest.raises(Preempted) as stopped:
-        with StopRequest(announce=False).noted():
-            os.kill(os.getpid(), signal.SIGUSR1)
-            reached = True  # the signal did not cut the block short
-    assert reached and stopped.value.exit_code == 128 + signal.SIGUSR1
+        stop.check("while starting; nothing to save")
+    assert stopped.value.exit_code == 128 + signal.SIGUSR1
     assert "while starting" in str(stopped.value)
-    assert signal.getsignal(signal.SIGUSR1) is before

@@ -180,9 +180,9 @@ def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
         if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
             os.environ["LOCAL_RANK"] = str(args.local_rank)
-        from reltrain.training.preemption import StopRequest
+        from reltrain.stops import StopRequest
 
-        with StopRequest(announce=False).noted():  # Ctrl-C while torch is imported: after it
+        with StopRequest() as stop:  # Ctrl-C while torch is imported: noted, acted on after it
             from reltrain.config import load_config
             from reltrain.launch import run_local_workers
             from reltrain.preprocess_cmd import run_preprocess
@@ -191,6 +191,7 @@ def _dispatch(args) -> int:
             from reltrain.training.run_dir import new_run_dir
 
             cfg = load_config(args.config, args.overrides)
+        stop.check("while starting; nothing to save")
         if args.command == "train" and cfg.devices > 1 and not launched():
             config = ["--config", args.config] if args.config else []
             # The run directory is named here, so that a rerun can name it too.

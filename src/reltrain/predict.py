@@ -16,11 +16,13 @@ from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.preprocess import Split, encode_records
 from reltrain.data.readers import STDIN
+from reltrain import stops
 from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import SharedUserError, UserError
 from reltrain.output import check_output, output_stream
 from reltrain.precision import FP32, Precision
 from reltrain.precision import resolve as resolve_precision
+from reltrain.stops import StopRequest
 from reltrain.training import distributed as D
 from reltrain.training.evaluation import eval_loader, predict_probs
 
@@ -226,14 +228,16 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     any size. With ``skip_bad_rows`` a bad row gives ``{"line": N, "error": "..."}`` in its
     place, so the output stays aligned with the input. ``--output`` is written to a temporary
     file beside it and renamed into place at the end: an error leaves no half-written file.
-    ``workers`` forked processes predict whole chunks on a CPU (tokenize them on a GPU) while
-    this one reads and writes (default: one per core, at most 8; 0: all in this process).
+    ``workers`` processes predict whole chunks on a CPU (tokenize them on a GPU) while this
+    one reads and writes (default: one per core, at most 8; 0: all in this process). A stop
+    signal ends the run between chunks (exit 128 + the signal; ``--output`` is not written).
     """
     from reltrain.config import DistConfig
     from reltrain.logs import progress_enabled
 
     check_output(output, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
+    stop = StopRequest().install()
     try:
         # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
         # rank 0 writes them in input order: the same bytes as one process.
@@ -254,7 +258,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
             chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], top_k)]])
         else:
             mine = _predicted_chunks(predictor, data, top_k, skip_bad_rows, chunk_rows, workers,
-                                     shard=(ctx.rank, ctx.world_size))
+                                     shard=(ctx.rank, ctx.world_size),
+                                     source=(str(checkpoint), runtime, amp))
             chunks = _gathered_in_order(mine, ctx)
         if not ctx.is_main:
             for _ in chunks:  # joins every round of the gather
@@ -267,6 +272,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         with output_stream(output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
                                                 disable=not progress_enabled(progress, True)) as bar:
             for lines in chunks:
+                stop.check(_STOPPED)
                 out.write("".join(line + "\n" for line in lines))
                 out.flush()
                 written += len(lines)
@@ -276,8 +282,19 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
             log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
                         "its place", bad, data)
         return written
+    except Exception:
+        stop.check(_STOPPED)  # a collective broke: the other ranks stopped on the same signal
+        raise
     finally:
+        stop.restore()
         D.teardown(ctx)
+
+
+_STOPPED = "while predicting; the output is not complete"
+
+
+def _stop_point() -> None:
+    stops.check(_STOPPED)
 
 
 def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterator[list[str]]:
@@ -309,9 +326,11 @@ def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterato
 
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
                       chunk_rows: int, workers: int | None = None,
-                      shard: tuple[int, int] = (0, 1)) -> Iterator[list[str]]:
+                      shard: tuple[int, int] = (0, 1),
+                      source: tuple[str, str, str] | None = None) -> Iterator[list[str]]:
     """The output lines of ``path``, a chunk of input rows at a time, in input order; with
-    ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row)."""
+    ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row). ``source``
+    (path, runtime, amp): where worker processes load the predictor from; None: no workers."""
     from functools import partial
     from itertools import islice
 
@@ -325,19 +344,20 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     def chunks():
         index = 0
         while chunk := list(islice(rows, chunk_rows)):
+            _stop_point()
             if index % shard[1] == shard[0]:
                 yield chunk
             index += 1
 
     if workers is None:
         workers = pool.default_workers()
-    how = pool.mode(predictor, workers)
+    how = pool.mode(predictor, workers if source else 0)
     if how == "predict":
         yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
-                                    chunks(), predictor, workers)
+                                    chunks(), source, workers, _stop_point)
     elif how == "encode":
         encode = partial(_encode_chunk, skip_bad_rows=skip_bad_rows)
-        for parsed, split in pool.ordered_map(encode, chunks(), predictor, workers):
+        for parsed, split in pool.ordered_map(encode, chunks(), source, workers, _stop_point):
             yield _lines(predictor, parsed, top_k, split)
     else:
         for chunk in chunks():

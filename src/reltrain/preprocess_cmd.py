@@ -6,6 +6,7 @@ from reltrain.config import Config
 from reltrain.data.preprocess import prepare_run
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled
+from reltrain.stops import StopRequest
 
 
 def run_preprocess(cfg: Config) -> dict:
@@ -14,7 +15,8 @@ def run_preprocess(cfg: Config) -> dict:
         reltrain preprocess data.train=train.csv data.valid=valid.csv data.language=zh
     """
     use_example_data(cfg.data)
-    prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))
+    with StopRequest():  # a stop signal ends the tokenizing child and the command
+        prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))
     meta = prepared.meta
     info = {"cache": str(prepared.cache_path) if prepared.cache_path else None, "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},

@@ -23,6 +23,7 @@ from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
 from reltrain.output import write_output
+from reltrain.stops import StopRequest
 from reltrain.training import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
@@ -30,7 +31,6 @@ from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import confusion, format_report
 from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,
                                     resolve_precision)
-from reltrain.training.preemption import StopRequest
 from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (find_resume, load_best_weights, restore, run_complete,
                                       saved_global_batch)
@@ -49,7 +49,7 @@ def run_train(cfg: Config) -> dict:
     command (with the run's output_dir) after a crash or preemption continues the run.
     """
     ctx = D.setup(cfg.device, cfg.dist)
-    stop = StopRequest(announce=ctx.is_main).install()
+    stop = StopRequest().install()
     lock = None
     try:
         run_dir = Path(ctx.agree(lambda: str(new_run_dir(cfg))))
@@ -61,14 +61,16 @@ def run_train(cfg: Config) -> dict:
         exc.run_dir = str(lock.path.parent) if lock else None
         raise
     except Exception:
-        if stop.signum:  # a collective broke because the other ranks stopped on the same signal
-            raise stop.stopped() from None
+        stop.check(_OUTSIDE)  # a collective broke: the other ranks stopped on the same signal
         raise
     finally:
         stop.restore()
         if lock:
             lock.release()
         D.teardown(ctx)
+
+
+_OUTSIDE = "before training or after it; nothing new to save"
 
 
 def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) -> dict:
@@ -78,6 +80,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
         prepared = prepare_run(cfg, progress)
+    stop.check(_OUTSIDE)
     identity = {**token_identity(prepared), "labels": prepared.labels,
                 "data_key": prepared.cache_key}
     payload = find_resume(cfg, run_dir, identity, ctx)
@@ -94,6 +97,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
+        stop.check(_OUTSIDE)
         _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
     if ctx.is_main:
         write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
@@ -142,7 +146,9 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
                                 accum_steps=cfg.train.accum_steps)
     loader = DataLoader(sets["train"], batch_sampler=sampler, collate_fn=collate_batch,
                         num_workers=cfg.data.num_workers, pin_memory=ctx.device.type == "cuda",
-                        persistent_workers=cfg.data.num_workers > 0)
+                        persistent_workers=cfg.data.num_workers > 0,
+                        # not fork: this process holds torch's and gloo's threads
+                        multiprocessing_context="spawn" if cfg.data.num_workers else None)
     model = _build_model(cfg, prepared, encoder, payload)
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
     optimizer = build_optimizer(model, cfg.train)
@@ -195,8 +201,8 @@ def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, payload: dict | None,
             log.info("re-scoring the best checkpoint (epoch %s) on the test set",
                      (state.best or {}).get("epoch"))
     try:
-        with stop.training():
-            return trainer.fit(state)
+        stop.check(_OUTSIDE)
+        return trainer.fit(state)
     finally:
         for cb in parts.callbacks:
             cb.close()
@@ -229,10 +235,10 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
     if ctx.is_main and cfg.log.plots:  # drawn in a child: matplotlib stays out of this process
-        from reltrain import forked
+        from reltrain import children
 
         matrix = confusion(test_set.split.labels, pred, len(labels))
-        forked.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
+        children.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
                     f"Test confusion (best epoch {state.best['epoch']})")
 
 

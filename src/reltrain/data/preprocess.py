@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from reltrain import forked
+from reltrain import children, stops
 from reltrain.data.readers import labels_from_records, read_labels, read_records
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
@@ -161,14 +161,9 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
     prepared = _load_cached(path) if path.exists() else None
-    if prepared is None and _built_in_child(data_cfg, path, progress, lm_folder, lm_markers,
-                                            lm_add_chars):
-        prepared = _load_cached(path)
-        if prepared is not None:
-            prepared.reused = False
-    if prepared is None:  # no cache to hand the result over through, or no fork: build here
-        prepared = _build_and_save(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars)
-    elif lm_folder:
+    if prepared is None:
+        prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars)
+    if lm_folder and prepared.lm is None:
         from reltrain.data.lm import LMTokenizer
 
         saved = prepared.meta["lm"]
@@ -191,13 +186,29 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
     return prepared
 
 
-def _built_in_child(data_cfg, path: Path, *options) -> bool:
-    """``_build_and_save`` in a forked process that ends (reltrain/forked.py); True if it wrote
-    the cache entry. The training process then never holds jieba's dictionary, the records or
-    the garbage of segmentation (about 120 MB of a CNN run on deepke-zh)."""
-    if not forked.available() or not _writable(path.parent):
-        return False  # an unwritable cache is reported once, by the build in this process
-    return forked.call(_wrote_cache, data_cfg, path, *options)
+def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
+    """``_build_and_save`` in a child process that then ends (reltrain/children.py), which hands
+    its result over through the cache entry: the training process never holds jieba's
+    dictionary, the records or the garbage of segmentation (about 120 MB of a CNN run on
+    deepke-zh). A stop signal ends the child and the run."""
+    def stop():
+        stops.check("while preprocessing; nothing to save")
+
+    if _writable(path.parent) and children.call(_wrote_cache, data_cfg, path, *options, stop=stop):
+        prepared = _load_cached(path)
+        if prepared is not None:
+            prepared.reused = False
+            return prepared
+    else:
+        log.warning("cannot write the preprocessing cache under %s: continuing without a cache "
+                    "(set data.cache_dir to a writable folder)", path.parent)
+    with tempfile.TemporaryDirectory(prefix="reltrain-data-") as scratch:  # for the hand-over
+        entry = Path(scratch) / path.name
+        if children.call(_wrote_cache, data_cfg, entry, *options, stop=stop):
+            prepared = _load(entry)
+            prepared.cache_path, prepared.reused = None, False
+            return prepared
+    return _build_and_save(data_cfg, path, *options)  # nowhere to hand over through
 
 
 def _writable(folder: Path) -> bool:

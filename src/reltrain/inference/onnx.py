@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
-import os
 import warnings
 from pathlib import Path
 
@@ -108,10 +107,8 @@ def _check_self_contained(path: Path) -> None:
 
 
 class OnnxModel(nn.Module):
-    """An onnxruntime session standing in for the PyTorch model: same inputs, same logits.
-
-    The session opens on first use, in the process that uses it: onnxruntime's threads and locks
-    do not survive fork, and prediction workers are forked from a process that never runs it."""
+    """An onnxruntime session standing in for the PyTorch model: same inputs, same logits. The
+    session opens on first use, with torch's thread count (one in a prediction worker)."""
 
     def __init__(self, path: str | Path, device: torch.device):
         super().__init__()
@@ -119,7 +116,7 @@ class OnnxModel(nn.Module):
         import onnxruntime as ort
 
         _check_self_contained(Path(path))
-        self.path, self.device, self.threads = str(path), device, 0  # 0: torch's thread count
+        self.path, self.device = str(path), device
         self.providers = ["CPUExecutionProvider"]
         if device.type == "cuda":
             if "CUDAExecutionProvider" not in ort.get_available_providers():
@@ -127,26 +124,20 @@ class OnnxModel(nn.Module):
                                 f"runs on {', '.join(ort.get_available_providers())}")
             self.providers.insert(0, "CUDAExecutionProvider")
         self._session = None
-        self._pid = 0
         self.num_labels: int | None = None  # known once check() opened the session
-
-    def single_threaded(self) -> None:
-        """One intra-op thread: each prediction worker process is one core's worth."""
-        self.threads, self._session = 1, None
 
     @property
     def session(self):
-        if self._session is None or self._pid != os.getpid():
+        if self._session is None:
             import onnxruntime as ort
 
             options = ort.SessionOptions()
-            options.intra_op_num_threads = self.threads or torch.get_num_threads()
+            options.intra_op_num_threads = torch.get_num_threads()
             options.log_severity_level = 3  # errors only
             try:
                 self._session = ort.InferenceSession(self.path, options, providers=self.providers)
             except Exception as exc:  # onnxruntime raises its own types for unreadable models
                 raise UserError(f"{self.path}: onnxruntime cannot load it ({str(exc)[:200]})") from None
-            self._pid = os.getpid()
             self.inputs = [i.name for i in self._session.get_inputs()]
         return self._session
 

@@ -56,15 +56,15 @@ class MetricsLog(Callback):
 
 class CurvePlots(Callback):
     """``plots/loss.png`` and ``plots/f1.png`` from the history so far, drawn by a child process
-    beside training (reltrain/forked.py: matplotlib never enters the training process).
+    beside training (reltrain/children.py: matplotlib never enters the training process).
 
-    Redrawn after the first epoch, then at most every ``every_s`` seconds (each drawing imports
-    matplotlib anew, about half a second of a core), and always when the run ends. A picture that
+    Redrawn after the first epoch, then at most every ``every_s`` seconds (a drawing takes a
+    core for a moment), and always when the run ends. A picture that
     cannot be written (full disk) is a warning: training goes on.
     """
 
     def __init__(self, directory: Path, every_s: float = 20.0):
-        from reltrain.forked import Background
+        from reltrain.children import Background
 
         self.directory, self.history, self.every_s = directory, [], every_s
         self.drawn, self.last = 0, float("-inf")
@@ -81,7 +81,7 @@ class CurvePlots(Callback):
     def close(self):
         if self.history and self.drawn < len(self.history):
             self._draw()
-        self.child.wait()
+        self.child.close()
 
     def _draw(self):
         self.last, self.drawn = time.monotonic(), len(self.history)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import signal
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -131,6 +132,8 @@ class Trainer:
                 "train_sent_per_s": new / max(seconds - done.seconds, 1e-9)}
 
     def _save_mid_epoch(self, state, epoch, total, examples, start, signum: int) -> None:
+        if signum and self.ctx.is_main:
+            log.warning("received %s: saving a checkpoint, then stopping", signal.Signals(signum).name)
         self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
         self._save(state, best=False, summary={"epoch": epoch, "step": state.step})
         if signum:

@@ -1,0 +1,212 @@
+"""Work in fresh Python processes, never in a fork of this one: a fork copies torch's, gloo's
+and the DataLoader's threads' locks in whatever state they are in.
+
+A child is ``python -m reltrain.children`` in a session of its own, so Ctrl-C at the terminal
+reaches only reltrain's own processes; they stop their children where they choose (``stop``
+below), and a child never prints a traceback for a signal. The child's standard input is its
+lifeline: when this process ends, however it ends, the child reads end-of-file and exits.
+Calls, results and the child's log records are pickled over pipes between these two processes
+only, never into a file a user could receive.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import subprocess
+import sys
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+_HEADER = 8  # a frame is its length (8 bytes, little-endian), then a pickle
+
+
+class ChildFailed(RuntimeError):
+    pass
+
+
+class Child:
+    """One child serving calls of module-level functions in order: ``send`` a call, ``receive``
+    its result (or its exception, raised here). ``setup(*args)``, if given, is its first call.
+    Use it as a context manager: leaving ends the child (at once if a call is unfinished)."""
+
+    def __init__(self, setup: Callable | None = None, *args):
+        read, write = os.pipe()
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-m", "reltrain.children", str(write)],
+                                         stdin=subprocess.PIPE, stdout=2, pass_fds=(write,),
+                                         start_new_session=True)  # stdout may be predictions
+        except BaseException:
+            os.close(read)
+            raise
+        finally:
+            os.close(write)
+        self._results, self.pending = read, 0
+        self._write(sys.path)  # the same imports as here (a script's folder, a test's)
+        if setup is not None:
+            self.send(setup, *args)
+
+    def send(self, fn: Callable, *args) -> None:
+        self._write((fn, args))
+        self.pending += 1
+
+    def _write(self, value) -> None:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        try:
+            self.proc.stdin.write(len(data).to_bytes(_HEADER, "little") + data)
+            self.proc.stdin.flush()
+        except BrokenPipeError:
+            raise self._failed() from None
+
+    def receive(self, stop: Callable[[], None] | None = None):
+        """The oldest unanswered call's result. ``stop``, called every 0.1 s while waiting, may
+        raise to give up (the caller then leaves the ``with`` block, which ends the child)."""
+        while stop is not None and not select.select([self._results], [], [], 0.1)[0]:
+            stop()
+        header = self._read(_HEADER)
+        ok, value, records = pickle.loads(self._read(int.from_bytes(header, "little")))
+        self.pending -= 1
+        for name, level, message in records:
+            logging.getLogger(name).log(level, "%s", message)
+        if ok:
+            return value
+        raise value
+
+    def _read(self, size: int) -> bytes:
+        parts, left = [], size
+        while left:
+            part = os.read(self._results, min(left, 1 << 20))
+            if not part:
+                raise self._failed()
+            parts.append(part)
+            left -= len(part)
+        return b"".join(parts)
+
+    def _failed(self) -> ChildFailed:
+        code = self.proc.wait()
+        return ChildFailed(f"a reltrain child process ended with exit code {code} before "
+                           f"answering (out of memory?)")
+
+    def close(self) -> None:
+        if self.proc.stdin and not self.proc.stdin.closed:
+            try:
+                self.proc.stdin.close()  # end-of-file: the child exits
+            except BrokenPipeError:
+                pass
+        if self.pending:
+            self.proc.terminate()
+        self.proc.wait()
+        os.close(self._results)
+
+    def __enter__(self) -> "Child":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def call(fn: Callable, *args, stop: Callable[[], None] | None = None):
+    """``fn(*args)`` in a child that then ends; its result, or its exception raised here."""
+    with Child() as child:
+        child.send(fn, *args)
+        return child.receive(stop)
+
+
+class Background:
+    """One job at a time in a child beside the caller (plots during training): ``submit``
+    first waits for the job before it, ``close`` for the last. A failure is logged, never raised."""
+
+    def __init__(self):
+        self._child: Child | None = None
+
+    def submit(self, fn: Callable, *args) -> None:
+        self._wait()
+        if self._child is None:
+            self._child = Child()
+        self._child.send(_logged, fn, *args)
+
+    def _wait(self) -> None:
+        if self._child is not None and self._child.pending:
+            try:
+                self._child.receive()
+            except ChildFailed as exc:
+                log.warning("%s", exc)
+                self._child.close()
+                self._child = None
+
+    def close(self) -> None:
+        self._wait()
+        if self._child is not None:
+            self._child.close()
+            self._child = None
+
+
+def _logged(fn: Callable, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as exc:  # a picture that cannot be drawn never stops a run
+        log.warning("%s failed: %s", getattr(fn, "__name__", "a background job"), exc)
+
+
+class _Records(logging.Handler):
+    """The child's log records, sent back with each result and logged there by the parent."""
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.records: list = []
+
+    def emit(self, record):
+        self.records.append((record.name, record.levelno, record.getMessage()))
+
+
+def _serve(result_fd: int) -> None:
+    import threading
+    from queue import SimpleQueue
+
+    records = _Records()
+    logging.getLogger().addHandler(records)
+    logging.getLogger().setLevel(logging.INFO)
+    calls: SimpleQueue = SimpleQueue()
+    # Calls are read as they come, so the parent's writes never wait on a busy child.
+    threading.Thread(target=_read_calls, args=(sys.stdin.buffer, calls), daemon=True).start()
+    sys.path[:] = pickle.loads(calls.get())
+    with open(result_fd, "wb") as out:
+        while True:
+            call = calls.get()
+            try:
+                fn, args = pickle.loads(call)
+                result = (True, fn(*args))
+            except Exception as exc:
+                result = (False, exc)
+            try:
+                data = pickle.dumps((*result, records.records), protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as exc:  # a result or an error that does not pickle
+                error = RuntimeError(f"a child's result: {result[1]!r} ({exc})")
+                data = pickle.dumps((False, error, records.records))
+            records.records = []
+            out.write(len(data).to_bytes(_HEADER, "little") + data)
+            out.flush()
+
+
+def _read_calls(stream, calls) -> None:
+    while len(header := stream.read(_HEADER)) == _HEADER:
+        size = int.from_bytes(header, "little")
+        data = stream.read(size)
+        if len(data) < size:
+            break
+        calls.put(data)
+    os._exit(0)  # end-of-file: the parent closed us or is gone
+
+
+if __name__ == "__main__":
+    try:
+        _serve(int(sys.argv[1]))
+    except BaseException:  # the parent is gone (a broken pipe), or a bug: said, then gone
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(1)  # not Python's shutdown, which would wait on the reading thread's lock
