@@ -56,7 +56,7 @@ def build(vocab: int):
 def worker(args) -> None:
     import torch.distributed as dist
 
-    from reltrain.training import distributed as D
+    from reltrain import distributed as D
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

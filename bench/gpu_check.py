@@ -255,7 +255,7 @@ def train_flops_per_sentence(ctx: Context, summary: dict) -> float:
     from torch.utils.flop_counter import FlopCounterMode
 
     from reltrain.data.readers import read_records
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(summary["checkpoints"]["best"], device=ctx.device)
     model = predictor.model.train()

@@ -36,7 +36,7 @@ from reltrain.data.dataset import (EvalBatchSampler, RelationDataset, TrainBatch
 from reltrain.data.inputs import text_encoder  # noqa: E402
 from reltrain.data.preprocess import prepare_run  # noqa: E402
 from reltrain.models import build_model  # noqa: E402
-from reltrain.training import distributed as D  # noqa: E402
+from reltrain import distributed as D  # noqa: E402
 from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_precision  # noqa: E402
 from reltrain.training.trainer import Trainer  # noqa: E402
 

@@ -51,7 +51,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
     import torch
 
     from reltrain.config import load_config
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
     from reltrain.data.readers import read_records
     from reltrain.train import run_train
 

@@ -162,7 +162,7 @@ def _buffers_worker(rank: int, port: int) -> None:
 
     from reltrain.config import load_config
     from reltrain.models import build_model
-    from reltrain.training import distributed as D
+    from reltrain import distributed as D
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=1)
     ctx = D.DistContext(strategy="ddp", backend="gloo")

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from reltrain.artifacts import load_checkpoint
 from reltrain.cli import main
 from reltrain.errors import UserError
 from reltrain.training import checkpoint as ckpt_mod
@@ -167,7 +168,7 @@ def test_only_weights_only_loading(tmp_path):
     path = tmp_path / "evil.pt"
     torch.save({"format": "reltrain-checkpoint", "version": 1, "x": Evil()}, path)
     with pytest.raises(UserError, match="evil.pt: not a readable reltrain checkpoint"):
-        ckpt_mod.load_checkpoint(path)
+        load_checkpoint(path)
 
 
 def test_unwritable_output_dir(small_en, tmp_path):

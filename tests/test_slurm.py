@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from reltrain.errors import UserError
-from reltrain.training.distributed import slurm_launch_env, slurm_tasks
+from reltrain.distributed import slurm_launch_env, slurm_tasks
 
 from conftest import EXAMPLE_DIR, SCRATCH, WORKER_ENV, ok, run_cli, torchrun, user_error
 

@@ -14,6 +14,6 @@ def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
     """Load a checkpoint or an exported folder for prediction:
     ``reltrain.load("run/checkpoints/best.pt").predict_text(...)``, ``reltrain.load("my-model")``;
     ``runtime="onnx"``: an exported folder's ``model.onnx`` through onnxruntime."""
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import os
 import stat
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -339,8 +341,6 @@ def read_exported(folder: str | Path) -> Artifact:
 
 def load_artifact(path: str | Path) -> Artifact:
     """A checkpoint (``.pt``) or an exported folder, checked."""
-    from reltrain.training.checkpoint import load_checkpoint
-
     if is_exported(path):
         return read_exported(path)
     payload = load_checkpoint(path)
@@ -375,3 +375,53 @@ def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
     model = build_model(*args, **extra)
     model.load_state_dict(artifact.weights)
     return model
+
+
+# What training writes (training/checkpoint.py) and every reader here checks first.
+FORMAT = "reltrain-checkpoint"
+VERSION = 1
+
+
+def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
+    """Read a reltrain checkpoint with ``weights_only=True``; a bad file is a one-line error."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"{path}: checkpoint not found")
+    _check_members(path)
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
+        raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise UserError(f"{path}: not a reltrain checkpoint")
+    if payload.get("version", 0) > VERSION:
+        raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
+    return payload
+
+
+def _check_members(path: Path) -> None:
+    """``torch.save`` stores its members uncompressed; a compressed one could inflate a small
+    file into any amount of memory, so it is refused before anything is read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
+    except (zipfile.BadZipFile, OSError, ValueError):
+        return  # torch.load names what is wrong with it
+    if packed:
+        raise UserError(f"{path}: not a checkpoint torch.save wrote (compressed member "
+                        f"{packed[0][:80]!r})")
+
+
+def _load_failure(path: Path, exc: Exception) -> str:
+    """Why ``torch.load`` refused a file, without torch's advice to turn ``weights_only`` off
+    (which would let a stranger's file run code)."""
+    if not zipfile.is_zipfile(path):
+        return "not a complete torch checkpoint: truncated, or a file of another kind"
+    found = re.search(r"unsupported GLOBAL (\S+)", str(exc))
+    if found:
+        return (f"it holds a pickled Python object ({found.group(1)}); reltrain loads tensors "
+                f"and plain data only")
+    if "Weights only load failed" in str(exc):
+        return "it holds pickled objects other than tensors and plain data"
+    text = str(exc).strip()
+    return text.splitlines()[0][:200] if text else type(exc).__name__

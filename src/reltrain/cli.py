@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
 from reltrain.errors import Preempted, UserError
 
 _CONFIG_EPILOG = """\
@@ -54,7 +55,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tail-offset", type=int, help="character offset of the tail (default: first occurrence)")
     p.add_argument("--top-k", type=int, default=3)
     p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
-    p.add_argument("--progress", choices=["auto", "true", "false"], default="auto",
+    p.add_argument("--progress", choices=SWITCH, default="auto",
                    help="progress bar with rows/s (auto: on a terminal)")
     p.add_argument("--workers", type=int, metavar="N",
                    help="worker processes that predict chunks of rows, on a GPU tokenize them "
@@ -111,9 +112,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def _model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--runtime", choices=["torch", "onnx"], default="torch",
+    p.add_argument("--runtime", choices=RUNTIMES, default="torch",
                    help="onnx: run an exported folder's model.onnx with onnxruntime")
-    p.add_argument("--amp", choices=["auto", "off", "bf16", "fp16"], default="auto",
+    p.add_argument("--amp", choices=AMP_SETTINGS, default="auto",
                    help="compute precision, as train.amp (auto: bf16 for a pretrained encoder "
                         "where the GPU or CPU has bf16 arithmetic, else fp32)")
 
@@ -155,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _first_rank() -> bool:
     """What concerns the whole job is said once. Read when needed: under srun, RANK is only set
-    once the run has joined its group (training/distributed.py: setup)."""
+    once the run has joined its group (distributed.py: setup)."""
     return os.environ.get("RANK", "0") == "0"
 
 
@@ -167,7 +168,7 @@ def _resume_hint(args, exc: Preempted) -> str:
 
     overrides = [o for o in args.overrides if not o.startswith("output_dir=")]
     devices = [o for o in overrides if o.startswith("devices=")]
-    from reltrain.training.distributed import launched
+    from reltrain.distributed import launched
 
     if launched() and not devices:
         return f"; to resume, run the same launch command with output_dir={exc.run_dir}"
@@ -187,7 +188,7 @@ def _dispatch(args) -> int:
             from reltrain.launch import run_local_workers
             from reltrain.preprocess_cmd import run_preprocess
             from reltrain.train import run_train
-            from reltrain.training.distributed import launched
+            from reltrain.distributed import launched
             from reltrain.training.run_dir import new_run_dir
 
             cfg = load_config(args.config, args.overrides)
@@ -209,8 +210,6 @@ def _dispatch(args) -> int:
     elif args.command == "serve":
         from reltrain.inference.server import ServeOptions, serve
 
-        if not 0 <= args.port <= 65535:
-            raise UserError("--port must be from 0 to 65535")
         options = ServeOptions(args.model, args.device, args.runtime, args.max_batch,
                                args.max_wait_ms, args.top_k, max_items=args.max_items,
                                max_text_chars=args.max_text_chars, amp=args.amp,
@@ -224,27 +223,18 @@ def _dispatch(args) -> int:
         run_evaluate(args.checkpoint, args.data, args.output, args.device,
                      skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp)
     else:
-        from reltrain.predict import run_predict
+        from reltrain.predict import PredictOptions, run_predict
 
-        given = [f"--{k.replace('_', '-')}" for k in ("text", "head", "tail", "head_offset",
-                                                        "tail_offset") if getattr(args, k) is not None]
-        if args.data and given:
-            raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
-                            f"({' '.join(given)} with {args.data})")
-        if args.top_k < 1:
-            raise UserError("--top-k must be at least 1")
-        if args.workers is not None and args.workers < 0:
-            raise UserError("--workers must be >= 0")
-        if args.chunk_rows < 1 or args.devices < 0:
-            raise UserError("--chunk-rows must be at least 1 and --devices at least 0")
-        from reltrain.training.distributed import launched
+        options = PredictOptions(args.top_k, args.device, args.skip_bad_rows, args.progress,
+                                 args.chunk_rows, args.workers, args.runtime, args.amp)
+        if args.devices < 0:
+            raise UserError("--devices must be at least 0")
+        from reltrain.distributed import launched
 
         if args.devices > 1 and not launched():
             from reltrain.launch import run_local_workers
 
             return run_local_workers(args.devices, args.argv)  # the workers see the launcher
         run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
-                    args.tail_offset, args.output, args.top_k, args.device, args.skip_bad_rows,
-                    args.progress, chunk_rows=args.chunk_rows, workers=args.workers,
-                    runtime=args.runtime, amp=args.amp)
+                    args.tail_offset, args.output, options)
     return 0

@@ -14,6 +14,19 @@ from typing import Any
 
 from reltrain.errors import UserError, first_line
 
+# Choices stated once: the config checks, the command line and the option objects use these.
+AMP_SETTINGS = ("auto", "off", "bf16", "fp16")
+RUNTIMES = ("torch", "onnx")
+SWITCH = ("auto", "true", "false")  # log.progress, log.tensorboard, --progress
+
+
+def check_choices(**given: tuple[str, tuple]) -> None:
+    """``name=(value, choices)`` for command-line options (``top_k`` is ``--top-k``)."""
+    for name, (value, choices) in given.items():
+        if value not in choices:
+            raise UserError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
+                            f"not '{value}'")
+
 
 def _opt(default, help: str, **kw):
     if isinstance(default, list):
@@ -312,16 +325,15 @@ def validate_values(cfg: Config) -> None:
     _check(t.early_stopping >= 0, "train.early_stopping must be >= 0 (0: off)")
     _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
     _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
-    _check(t.amp in ("auto", "off", "bf16", "fp16"), "train.amp must be auto, off, bf16 or fp16")
+    _check(t.amp in AMP_SETTINGS, f"train.amp must be one of {', '.join(AMP_SETTINGS)}")
     _check(t.select_metric in METRICS, f"train.select_metric must be one of {', '.join(METRICS)}")
     _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
-    _check(cfg.log.progress in ("auto", "true", "false"), "log.progress must be auto, true or false")
-    _check(cfg.log.tensorboard in ("auto", "true", "false"),
-           "log.tensorboard must be auto, true or false")
+    for key in ("progress", "tensorboard"):
+        _check(getattr(cfg.log, key) in SWITCH, f"log.{key} must be auto, true or false")
     _check(cfg.devices >= 0, "devices must be >= 0")
     _check(all(i >= 0 for i in dist.dp_devices), "dist.dp_devices must be GPU ids >= 0")
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")

@@ -8,8 +8,8 @@ import logging
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
 from reltrain.output import check_output, write_output
-from reltrain.predict import Predictor
-from reltrain.training import distributed as D
+from reltrain.inference.predictor import Predictor
+from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
 
 log = logging.getLogger("reltrain.evaluate")

@@ -20,9 +20,9 @@ from dataclasses import dataclass
 
 import torch
 
+from reltrain.config import AMP_SETTINGS as SETTINGS
 from reltrain.errors import UserError
 
-SETTINGS = ("auto", "off", "bf16", "fp16")
 NATIVE_CPU = "this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)"
 NO_BF16_CPU = "this CPU has no bf16 arithmetic (no AVX512-BF16 or AMX)"
 

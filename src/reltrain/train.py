@@ -24,7 +24,7 @@ from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
 from reltrain.output import write_output
 from reltrain.stops import StopRequest
-from reltrain.training import distributed as D
+from reltrain import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate

@@ -46,7 +46,7 @@ def export_model(source: str | Path, out_dir: str | Path, fmt: str = "safetensor
     folder) into ``out_dir``; ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch
     before it is kept. What ``reltrain.load`` would refuse is refused here too."""
     from reltrain import __version__
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     if fmt not in ("safetensors", "onnx"):
         raise UserError(f"--format must be safetensors or onnx, not '{fmt}'")
@@ -109,7 +109,7 @@ def _add_onnx(out: Path) -> None:
 
     from reltrain.data.schema import Entity, Record
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel, export_onnx
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(out)
     words = "ab cd ef gh ij kl mn op qr st uv wx yz".split()

@@ -36,7 +36,7 @@ def mode(predictor, workers: int) -> str:
 def _load(path: str, runtime: str, amp: str) -> None:
     import torch
 
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     global _PREDICTOR
     torch.set_num_threads(1)  # one process per core does the parallel work

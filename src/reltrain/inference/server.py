@@ -29,6 +29,7 @@ import time
 import uuid
 from dataclasses import asdict, dataclass
 
+from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
 from reltrain.errors import UserError
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed
 from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
@@ -59,6 +60,7 @@ class ServeOptions:
     access_log: bool = False  # one JSON line per request (stderr)
 
     def __post_init__(self):
+        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
         if min(self.max_batch, self.top_k, self.max_items, self.max_text_chars,
                self.max_body_bytes, self.max_queue) < 1:
             raise UserError("--max-batch, --top-k, --max-items, --max-text-chars and --max-queue "
@@ -114,7 +116,7 @@ def create_app(options: ServeOptions):
     async def lifespan(app):
         import torch
 
-        from reltrain.predict import Predictor
+        from reltrain.inference.predictor import Predictor
 
         torch.set_num_threads(options.threads or torch.get_num_threads())
         _drain_on_stop()
@@ -298,10 +300,12 @@ def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, work
         import uvicorn
     except ImportError:
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
-    from reltrain.predict import Predictor
+    from reltrain.inference.predictor import Predictor
 
     if workers < 1 or max_connections < 1 or drain_timeout_s <= 0:
         raise UserError("--workers and --max-connections must be at least 1, --drain-timeout-s positive")
+    if not 0 <= port <= 65535:
+        raise UserError("--port must be from 0 to 65535")
     Predictor.from_checkpoint(options.model, runtime=options.runtime, amp=options.amp)  # errors first
     _check_port(host, port)
     if not options.threads:

@@ -9,18 +9,14 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from reltrain.errors import UserError
+from reltrain.artifacts import FORMAT, VERSION
 from reltrain.output import atomic_file
 
-FORMAT = "reltrain-checkpoint"
-VERSION = 1
 
 
 def save_checkpoint(path: str | Path, payload: dict, sidecar: dict | None = None) -> None:
@@ -41,51 +37,6 @@ def _atomic_write(path: Path, write) -> None:
     # ".tmp": a run directory's leftovers of a killed write are removed by that suffix.
     with atomic_file(path, "wb", suffix=".tmp", fsync=True) as f:
         write(f)
-
-
-def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    """Read a reltrain checkpoint with ``weights_only=True``; a bad file is a one-line error."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    _check_members(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
-        raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise UserError(f"{path}: not a reltrain checkpoint")
-    if payload.get("version", 0) > VERSION:
-        raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
-    return payload
-
-
-def _check_members(path: Path) -> None:
-    """``torch.save`` stores its members uncompressed; a compressed one could inflate a small
-    file into any amount of memory, so it is refused before anything is read."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return  # torch.load names what is wrong with it
-    if packed:
-        raise UserError(f"{path}: not a checkpoint torch.save wrote (compressed member "
-                        f"{packed[0][:80]!r})")
-
-
-def _load_failure(path: Path, exc: Exception) -> str:
-    """Why ``torch.load`` refused a file, without torch's advice to turn ``weights_only`` off
-    (which would let a stranger's file run code)."""
-    if not zipfile.is_zipfile(path):
-        return "not a complete torch checkpoint: truncated, or a file of another kind"
-    found = re.search(r"unsupported GLOBAL (\S+)", str(exc))
-    if found:
-        return (f"it holds a pickled Python object ({found.group(1)}); reltrain loads tensors "
-                f"and plain data only")
-    if "Weights only load failed" in str(exc):
-        return "it holds pickled objects other than tensors and plain data"
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
 
 
 def capture_rng() -> dict:
@@ -128,7 +79,7 @@ class Checkpointer:
         self.optimizer, self.scheduler, self.scaler, self.keep = optimizer, scheduler, scaler, keep
 
     def save(self, state: dict, rank_state: dict, best: bool, summary: dict) -> None:
-        from reltrain.training import distributed as D
+        from reltrain import distributed as D
 
         # Every rank's RNG and partial-epoch counters, so each rank resumes exactly.
         rank_states = self.ctx.all_gather_objects({"rng": capture_rng(), **rank_state})

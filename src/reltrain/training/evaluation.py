@@ -1,56 +1,15 @@
-"""Exact evaluation under any world size: each rank scores its batches, predictions are
-gathered with their dataset indices and every example is counted exactly once."""
+"""Metrics of a model on a labelled split, identical on every rank (reltrain/scoring.py counts
+every example exactly once under any world size)."""
 
 from __future__ import annotations
 
 import numpy as np
-import torch
 import torch.nn as nn
-from torch.utils.data import DataLoader
 
-from reltrain.data.dataset import EvalBatchSampler, RelationDataset, collate_batch
-from reltrain.precision import FP32
-from reltrain.training import distributed as D
+from reltrain import distributed as D
+from reltrain.data.dataset import RelationDataset
+from reltrain.scoring import eval_loader, predict_probs
 from reltrain.training.metrics import compute_metrics
-
-
-def eval_loader(dataset: RelationDataset, batch_size: int, ctx: D.DistContext) -> DataLoader:
-    """This rank's share of ``dataset`` in batches of similar length."""
-    sampler = EvalBatchSampler(dataset.lengths, batch_size, ctx.rank, ctx.world_size)
-    return DataLoader(dataset, batch_sampler=sampler, collate_fn=collate_batch,
-                      pin_memory=ctx.device.type == "cuda")
-
-
-@torch.no_grad()
-def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: D.DistContext,
-                  progress: bool = False, desc: str = "eval", precision=None) -> np.ndarray:
-    """(N, C) class probabilities for the whole split, on every rank.
-
-    ``model`` should be the unwrapped model: ranks may hold different numbers of batches, and a
-    DDP forward would wait for a collective the other ranks never join. ``precision``: the
-    run's (reltrain/precision.py); None: fp32.
-    """
-    from tqdm.auto import tqdm
-
-    was_training = model.training
-    model.eval()
-    indices, probs = [], []
-    for batch in tqdm(loader, desc=desc, disable=not progress, unit="batch", leave=False):
-        batch = batch.to(ctx.device, non_blocking=True)
-        with (precision or FP32).autocast(ctx.device):
-            logits = model(**batch.inputs())  # (B, C)
-        probs.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
-        indices.append(batch.index.cpu().numpy())
-    model.train(was_training)
-    local = (np.concatenate(indices) if indices else np.zeros(0, dtype=np.int64),
-             np.concatenate(probs) if probs else None)
-    parts = ctx.all_gather_objects(local)
-    all_idx = np.concatenate([p[0] for p in parts])
-    all_probs = np.concatenate([p[1] for p in parts if p[1] is not None])
-    # Each example must come back exactly once; duplicates are dropped by keeping the first.
-    uniq, first = np.unique(all_idx, return_index=True)
-    assert len(uniq) == num_examples and uniq[-1] == num_examples - 1, "an example went missing"
-    return all_probs[first]
 
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],

@@ -29,7 +29,7 @@ def build_optimizer(model: nn.Module, train_cfg) -> torch.optim.Optimizer:
 
 
 def _is_pretrained(model: nn.Module) -> bool:
-    from reltrain.training.distributed import unwrap
+    from reltrain.distributed import unwrap
 
     return hasattr(getattr(unwrap(model), "encoder", None), "config")
 

@@ -13,8 +13,9 @@ from pathlib import Path
 from reltrain.artifacts import strip_wrapper_prefixes
 from reltrain.config import Config
 from reltrain.errors import UserError
-from reltrain.training import distributed as D
-from reltrain.training.checkpoint import load_checkpoint, resume_candidates
+from reltrain import distributed as D
+from reltrain.artifacts import load_checkpoint
+from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.trainer import EpochProgress, TrainState
 
 log = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
             payload = load_checkpoint(path)
             check_compatible(payload, path, cfg, identity)
         except UserError as exc:
-            if explicit or "does not match" in str(exc):
+            if explicit or isinstance(exc, Mismatch):
                 raise
             log.warning("%s; trying the previous checkpoint", exc)
             continue
@@ -59,6 +60,10 @@ def _pick(cfg: Config, run_dir: Path, identity: dict) -> dict | None:
     if candidates:
         log.warning("no readable checkpoint in %s: starting afresh", directory)
     return None
+
+
+class Mismatch(UserError):
+    """A readable checkpoint of another run: an error, never a reason to try an older one."""
 
 
 # Options that shape the training trajectory: a resumed run cannot honour a new value exactly
@@ -104,22 +109,22 @@ def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> 
         was, now = old.get(section, {}), getattr(cfg, section).__dict__
         for key in keys:
             if key in was and was[key] != now[key]:
-                raise UserError(f"{path}: does not match this run: {section}.{key} was "
+                raise Mismatch(f"{path}: does not match this run: {section}.{key} was "
                                 f"{was[key]!r}, now {now[key]!r}; a resumed run continues with "
                                 f"the checkpoint's settings (set {section}.{key}={was[key]}, or "
                                 f"use another output_dir or resume=never to start afresh)")
     wanted, saved = cfg.train.global_batch_size, saved_global_batch(payload)
     if wanted and wanted != saved:
-        raise UserError(f"{path}: does not match this run: it trained with a global batch of "
+        raise Mismatch(f"{path}: does not match this run: it trained with a global batch of "
                         f"{saved}, not train.global_batch_size={wanted}; the per-process batch and "
                         f"the number of processes may change, the global batch may not")
     if payload.get("labels") != identity["labels"]:
-        raise UserError(f"{path}: does not match this run: it was trained on another label set")
+        raise Mismatch(f"{path}: does not match this run: it was trained on another label set")
     if payload.get("vocab") != identity["vocab"] or payload.get("lm") != identity["lm"]:
-        raise UserError(f"{path}: does not match this run: it was trained with another vocabulary "
+        raise Mismatch(f"{path}: does not match this run: it was trained with another vocabulary "
                         f"(different training data or preprocessing options)")
     if payload.get("data_key", identity["data_key"]) != identity["data_key"]:
-        raise UserError(f"{path}: does not match this run: the data files changed since it was "
+        raise Mismatch(f"{path}: does not match this run: the data files changed since it was "
                         f"written (use another output_dir, or resume=never to start afresh)")
     _note_applied_changes(old.get("train", {}), cfg, payload["state"])
 

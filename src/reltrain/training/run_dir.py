@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from reltrain.errors import UserError
-from reltrain.training import distributed as D
+from reltrain import distributed as D
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from reltrain.config import METRICS
 from reltrain.errors import Preempted
 from reltrain.models.dropout import example_noise_seeds
 from reltrain.precision import FP32
-from reltrain.training import distributed as D
+from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
 
 log = logging.getLogger(__name__)
