@@ -108,10 +108,36 @@ class DistContext:
                 found = ("error", str(exc))
         else:
             found = None
+        tensors: list = []
+        if self.distributed and found is not None and found[0] == "ok":
+            found = ("ok", _take_tensors(found[1], tensors))
         status, value = self.broadcast_object(found)
         if status == "error":
             raise SharedUserError(value)
-        return value
+        return self._send_tensors(value, tensors)
+
+    def broadcast_state(self, tree):
+        """Rank 0's ``tree`` (dicts, lists, tuples, tensors and plain values: a checkpoint, a
+        state dict) on every rank. Only its outline is pickled; the tensors travel by
+        ``dist.broadcast``, so a large model is not copied through pickle on every rank."""
+        if not self.distributed:
+            return tree
+        tensors: list = []
+        outline = self.broadcast_object(_take_tensors(tree, tensors) if self.is_main else None)
+        return self._send_tensors(outline, tensors)
+
+    def _send_tensors(self, outline, tensors: list):
+        slots: list[_Slot] = []
+        _map(outline, lambda leaf: slots.append(leaf) if isinstance(leaf, _Slot) else None)
+        if not slots:
+            return outline
+        device, received = self._tensor_device(), {}
+        for slot in slots:
+            t = (tensors[slot.index].contiguous().to(device) if self.is_main
+                 else torch.empty(slot.shape, dtype=slot.dtype, device=device))
+            dist.broadcast(t, src=0)
+            received[slot.index] = tensors[slot.index] if self.is_main else t.cpu()
+        return _map(outline, lambda leaf: received[leaf.index] if isinstance(leaf, _Slot) else leaf)
 
     @contextmanager
     def main_first(self):
@@ -377,3 +403,31 @@ def launcher_run_id() -> str | None:
 
 def restart_count() -> int:
     return _env_int("TORCHELASTIC_RESTART_COUNT", 0)
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """Where a tensor was in a broadcast outline."""
+
+    index: int
+    shape: tuple
+    dtype: torch.dtype
+
+
+def _map(tree, fn):
+    """``tree`` with every leaf (anything but a dict, list or tuple) replaced by ``fn(leaf)``."""
+    if isinstance(tree, dict):
+        return {k: _map(v, fn) for k, v in tree.items()}
+    if isinstance(tree, (list, tuple)):
+        return type(tree)(_map(v, fn) for v in tree)
+    return fn(tree)
+
+
+def _take_tensors(tree, tensors: list):
+    def take(leaf):
+        if not isinstance(leaf, torch.Tensor):
+            return leaf
+        tensors.append(leaf)
+        return _Slot(len(tensors) - 1, tuple(leaf.shape), leaf.dtype)
+
+    return _map(tree, take)

@@ -13,7 +13,6 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from reltrain.artifacts import strip_wrapper_prefixes
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
@@ -32,8 +31,8 @@ from reltrain.training.metrics import confusion, format_report
 from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,
                                     resolve_precision)
 from reltrain.training.batching import BatchPlan, plan_batches
-from reltrain.training.resume import (find_resume, load_best_weights, restore, run_complete,
-                                      saved_global_batch)
+from reltrain.training.resume import (describe_resume, find_resume, load_best_weights,
+                                      run_complete, saved_global_batch)
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
 from reltrain.training.trainer import Trainer, TrainState
 
@@ -178,9 +177,7 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload:
     if positions and cfg.data.max_len > positions:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
                         f"of {cfg.model.pretrained}: set data.max_len={positions} or less")
-    if payload:  # load into the plain model, then wrap
-        model.load_state_dict(strip_wrapper_prefixes(payload["model"]))
-    elif cfg.model.word_vectors:
+    if not payload and cfg.model.word_vectors:  # a resumed run's weights: Checkpointer.restore
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
         model.embed.word.weight.requires_grad_(False)
@@ -192,9 +189,8 @@ def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, payload: dict | None,
     """Restore a resumed run's state, then train the epochs that are left."""
     trainer, state = parts.trainer, TrainState()
     if payload:
-        state = restore(payload, trainer.model, trainer.optimizer, trainer.schedule, trainer, ctx,
-                        trainer.scaler)
-        trainer.best_weights = load_best_weights(run_dir, state, ctx)
+        describe_resume(payload, ctx)
+        state = trainer.checkpointer.restore(payload, trainer)
         for cb in parts.callbacks:
             cb.resume(read_history(run_dir))
         if run_complete(payload["state"], trainer.cfg.epochs) and "test" in parts.sets:
@@ -222,11 +218,14 @@ def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
 
 
 def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summary) -> None:
-    """Every rank loads the same best weights (kept in memory: node-local run dirs work)."""
+    """Every rank tests the best weights: rank 0 reads best.pt and sends them (node-local run
+    directories work); no rank keeps a copy of them while training."""
     trainer, test_set = parts.trainer, parts.sets["test"]
     model = D.unwrap(trainer.model)
-    if trainer.best_weights is not None:
-        model.load_state_dict(trainer.best_weights)
+    weights = load_best_weights(run_dir, state, ctx)
+    if weights is not None:
+        model.load_state_dict(weights)
+        del weights
     else:
         log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
     start = time.perf_counter()

@@ -65,7 +65,9 @@ def restore_rng(state: dict) -> None:
 
 
 class Checkpointer:
-    """Saves the full training state; every rank calls ``save``, global rank 0 writes.
+    """Saves and restores the full training state, part for part alike: the stateful objects
+    (``_parts``), the trainer's counters (``state``) and every rank's RNG and partial-epoch
+    totals (``rank_states``). Every rank calls ``save``, global rank 0 writes.
 
     Files in ``directory``: ``last.pt`` (newest), ``best.pt`` (best on validation), and
     ``ckpt-<step>.pt`` (the newest ``keep`` saves, hard links where the filesystem allows), each
@@ -78,19 +80,23 @@ class Checkpointer:
         self.static, self.model = static, model
         self.optimizer, self.scheduler, self.scaler, self.keep = optimizer, scheduler, scaler, keep
 
-    def save(self, state: dict, rank_state: dict, best: bool, summary: dict) -> None:
+    def _parts(self) -> dict:
+        """The objects with a ``state_dict``, by their key in a checkpoint."""
         from reltrain import distributed as D
 
+        parts = {"model": D.unwrap(self.model), "optimizer": self.optimizer,
+                 "scheduler": self.scheduler}
+        if self.scaler is not None and self.scaler.is_enabled():
+            parts["scaler"] = self.scaler
+        return parts
+
+    def save(self, state: dict, rank_state: dict, best: bool, summary: dict) -> None:
         # Every rank's RNG and partial-epoch counters, so each rank resumes exactly.
         rank_states = self.ctx.all_gather_objects({"rng": capture_rng(), **rank_state})
         if not self.ctx.is_main:
             return
-        payload = {**self.static, "model": D.unwrap(self.model).state_dict(),
-                   "optimizer": self.optimizer.state_dict(),
-                   "scheduler": self.scheduler.state_dict(), "state": state,
-                   "rank_states": rank_states}
-        if self.scaler is not None and self.scaler.is_enabled():
-            payload["scaler"] = self.scaler.state_dict()
+        payload = {**self.static, **{k: part.state_dict() for k, part in self._parts().items()},
+                   "state": state, "rank_states": rank_states}
         if best:  # before last.pt: a crash in between replays the epoch, which rewrites best.pt
             save_checkpoint(self.directory / "best.pt", payload, summary)
         last = self.directory / "last.pt"
@@ -101,6 +107,27 @@ class Checkpointer:
         for old in numbered_checkpoints(self.directory)[self.keep:]:
             for suffix in ("", ".json"):
                 Path(str(old) + suffix).unlink(missing_ok=True)
+
+    def restore(self, payload: dict, trainer):
+        """Put a checkpoint (on every rank, resume.find_resume) back into the parts it was saved
+        from; returns the trainer's counters and sets its partial-epoch totals."""
+        from reltrain.artifacts import strip_wrapper_prefixes
+        from reltrain.training.trainer import EpochProgress, TrainState
+
+        for key, part in self._parts().items():
+            if key in payload:  # a scaler only where fp16 ran
+                part.load_state_dict(strip_wrapper_prefixes(payload[key]) if key == "model"
+                                     else payload[key])
+        rank_states = payload["rank_states"]
+        restore_rng(rank_states[self.ctx.rank % len(rank_states)]["rng"])
+        progress = [EpochProgress(**r["progress"]) for r in rank_states]
+        if len(rank_states) == self.ctx.world_size:
+            trainer.partial = progress[self.ctx.rank]
+        elif self.ctx.is_main:  # the epoch's running totals of all old ranks, on the new rank 0
+            trainer.partial = EpochProgress(sum(p.loss_sum for p in progress),
+                                            sum(p.examples for p in progress),
+                                            max(p.seconds for p in progress))
+        return TrainState(**payload["state"])
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:

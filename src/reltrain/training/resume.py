@@ -16,7 +16,7 @@ from reltrain.errors import UserError
 from reltrain import distributed as D
 from reltrain.artifacts import load_checkpoint
 from reltrain.training.checkpoint import resume_candidates
-from reltrain.training.trainer import EpochProgress, TrainState
+from reltrain.training.trainer import TrainState
 
 log = logging.getLogger(__name__)
 
@@ -142,31 +142,12 @@ def _note_applied_changes(was: dict, cfg: Config, state: dict) -> None:
                     was["early_stopping"], t.early_stopping)
 
 
-def restore(payload: dict, model, optimizer, scheduler, trainer, ctx: D.DistContext,
-            scaler=None) -> TrainState:
-    """Put a checkpoint's training state into freshly built objects (model before wrapping)."""
-    from reltrain.training.checkpoint import restore_rng
-
-    state = TrainState(**payload["state"])
-    saved_world = int(payload.get("world_size", 1))
+def describe_resume(payload: dict, ctx: D.DistContext) -> None:
+    saved_world, state = int(payload.get("world_size", 1)), payload["state"]
     if saved_world != ctx.world_size:
         log.info("resuming on %d process(es) a run saved by %d, with the same global batch of %d "
                  "(%s)", ctx.world_size, saved_world, saved_global_batch(payload),
-                 "mid-epoch, at the same example" if state.batch_in_epoch else "at an epoch end")
-    optimizer.load_state_dict(payload["optimizer"])
-    scheduler.load_state_dict(payload["scheduler"])
-    if scaler is not None and "scaler" in payload:
-        scaler.load_state_dict(payload["scaler"])
-    rank_states = payload["rank_states"]
-    restore_rng(rank_states[ctx.rank % len(rank_states)]["rng"])
-    progress = [EpochProgress(**r["progress"]) for r in rank_states]
-    if saved_world == ctx.world_size:
-        trainer.partial = progress[ctx.rank]
-    elif ctx.is_main:  # the epoch's running totals of all old ranks, carried by the new rank 0
-        trainer.partial = EpochProgress(sum(p.loss_sum for p in progress),
-                                        sum(p.examples for p in progress),
-                                        max(p.seconds for p in progress))
-    return state
+                 "mid-epoch, at the same example" if state["batch_in_epoch"] else "at an epoch end")
 
 
 def saved_global_batch(payload: dict) -> int:
@@ -179,15 +160,18 @@ def saved_global_batch(payload: dict) -> int:
 
 
 def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> dict | None:
-    """The weights of ``best.pt`` if they belong to this state's best epoch (rank 0 reads)."""
-    weights = None
-    if ctx.is_main and state.best is not None:
+    """The weights of ``best.pt`` if they belong to this state's best epoch, on every rank (rank
+    0 reads; the tensors travel by broadcast), else None."""
+    def read() -> dict | None:
+        if state.best is None:
+            return None
         path = run_dir / "checkpoints" / "best.pt"
         try:
             payload = load_checkpoint(path)
-            best = payload["state"].get("best") or {}
-            if best.get("epoch") == state.best["epoch"]:
-                weights = strip_wrapper_prefixes(payload["model"])
         except UserError as exc:
-            log.warning("%s: the best weights will come from the epochs still to run", exc)
-    return ctx.broadcast_object(weights)
+            log.warning("%s", exc)
+            return None
+        best = payload["state"].get("best") or {}
+        return strip_wrapper_prefixes(payload["model"]) if best.get("epoch") == state.best["epoch"] else None
+
+    return ctx.agree(read)

@@ -55,7 +55,6 @@ class Trainer:
         self.callbacks, self.progress = list(callbacks), progress
         self.every_steps, self.stop = every_steps, stop
         self.ctx = ctx
-        self.best_weights: dict | None = None  # CPU copy of the best model, on every rank
         self.partial = EpochProgress()
         self._vote_every = 1 if self.ctx.world_size == 1 else 8
 
@@ -66,9 +65,6 @@ class Trainer:
                 break
             record = self._run_epoch(epoch, state)
             improved = self._validate(epoch, state, record)
-            if improved:
-                self.best_weights = {k: v.detach().to("cpu", copy=True)
-                                     for k, v in D.unwrap(self.model).state_dict().items()}
             state.epoch, state.batch_in_epoch = epoch + 1, 0
             self.partial = EpochProgress()
             stop = bool(self.cfg.early_stopping) and state.bad_epochs >= self.cfg.early_stopping
