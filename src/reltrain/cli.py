@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from contextlib import contextmanager
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
 from reltrain.errors import Preempted, UserError
@@ -177,26 +178,36 @@ def _resume_hint(args, exc: Preempted) -> str:
     return f"; to resume: {shlex.join(command)}"
 
 
+@contextmanager
+def _starting():
+    """Imports (torch's among them) and set-up while a stop signal is only noted, then acted on:
+    raised inside an extension module's import, the exception left numpy half-loaded (an
+    ImportError traceback in a torchrun worker)."""
+    from reltrain.stops import StopRequest
+
+    with StopRequest() as stop:
+        yield
+    stop.check("while starting; nothing to save")
+
+
 def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
         if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
             os.environ["LOCAL_RANK"] = str(args.local_rank)
-        from reltrain.stops import StopRequest
-
-        with StopRequest() as stop:  # Ctrl-C while torch is imported: noted, acted on after it
+        with _starting():
             from reltrain.config import load_config
+            from reltrain.distributed import launched
             from reltrain.launch import run_local_workers
             from reltrain.preprocess_cmd import run_preprocess
             from reltrain.train import run_train
-            from reltrain.distributed import launched
             from reltrain.training.run_dir import new_run_dir
 
             cfg = load_config(args.config, args.overrides)
-        stop.check("while starting; nothing to save")
-        if args.command == "train" and cfg.devices > 1 and not launched():
-            config = ["--config", args.config] if args.config else []
+            launch = args.command == "train" and cfg.devices > 1 and not launched()
             # The run directory is named here, so that a rerun can name it too.
-            run_dir = [] if cfg.output_dir else [f"output_dir={new_run_dir(cfg)}"]
+            run_dir = [] if cfg.output_dir or not launch else [f"output_dir={new_run_dir(cfg)}"]
+        if launch:
+            config = ["--config", args.config] if args.config else []
             return run_local_workers(cfg.devices, ["train", *config, *args.overrides, *run_dir])
         if args.command == "preprocess":
             run_preprocess(cfg)
@@ -223,7 +234,8 @@ def _dispatch(args) -> int:
         run_evaluate(args.checkpoint, args.data, args.output, args.device,
                      skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp)
     else:
-        from reltrain.predict import PredictOptions, run_predict
+        with _starting():
+            from reltrain.predict import PredictOptions, run_predict
 
         options = PredictOptions(args.top_k, args.device, args.skip_bad_rows, args.progress,
                                  args.chunk_rows, args.workers, args.runtime, args.amp)

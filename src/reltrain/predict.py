@@ -74,9 +74,9 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
                         f"(--{' --'.join(given)} with {data})")
     check_output(output, (data, checkpoint))
-    ctx = D.setup(o.device, DistConfig())
-    stop = StopRequest().install()
+    stop, ctx = StopRequest().install(), None  # to the end: one line, exit 128 + the signal
     try:
+        ctx = D.setup(o.device, DistConfig())
         # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
         # rank 0 writes them in input order: the same bytes as one process.
         predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=o.runtime,
@@ -125,7 +125,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         raise
     finally:
         stop.restore()
-        D.teardown(ctx)
+        if ctx is not None:
+            D.teardown(ctx)
 
 
 _STOPPED = "while predicting; the output is not complete"
