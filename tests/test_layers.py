@@ -1,0 +1,50 @@
+"""The package layers of docs/architecture.md, checked on every import statement (function-level
+imports included): inference needs nothing of training, the shared modules need neither, and
+one module is rank-aware."""
+
+import ast
+from pathlib import Path
+
+import reltrain
+
+ROOT = Path(reltrain.__file__).parent
+SHARED = ("artifacts", "children", "config", "distributed", "errors", "logs", "output",
+          "precision", "scoring", "stops")
+
+
+def _imports() -> dict[str, set[str]]:
+    found = {}
+    for path in ROOT.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        found[module] = names
+    return found
+
+
+def _reaching(imports: dict, prefixes: tuple[str, ...]) -> dict[str, list[str]]:
+    return {module: sorted(n for n in names if n.startswith(prefixes))
+            for module, names in imports.items() if any(n.startswith(prefixes) for n in names)}
+
+
+def test_the_layers_import_only_downwards():
+    imports = _imports()
+    upper = ("reltrain.training", "reltrain.inference", "reltrain.train", "reltrain.predict",
+             "reltrain.evaluate", "reltrain.cli")
+    below = {m: n for m, n in imports.items()
+             if m.startswith(("reltrain.data.", "reltrain.models."))
+             or m in {f"reltrain.{name}" for name in SHARED}}
+    assert _reaching(below, upper) == {}
+    inference = {m: n for m, n in imports.items() if m.startswith("reltrain.inference.")}
+    assert _reaching(inference, ("reltrain.training", "reltrain.train", "reltrain.predict")) == {}
+
+
+def test_one_module_is_rank_aware():
+    users = _reaching(_imports(), ("torch.distributed",))
+    assert set(users) == {"reltrain.distributed", "reltrain.launch"}, users
+    assert all(n.startswith("torch.distributed.") for n in users["reltrain.launch"])  # torchrun
