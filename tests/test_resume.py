@@ -16,7 +16,7 @@ from reltrain.cli import main
 from reltrain.errors import UserError
 from reltrain.training import checkpoint as ckpt_mod
 
-from conftest import data_overrides, run, torchrun as torchrun_n
+from conftest import cli_error, data_overrides, run, torchrun as torchrun_n
 
 pytestmark = pytest.mark.slow
 
@@ -158,6 +158,42 @@ def test_checkpoint_of_another_model_is_a_clear_error(reference, small_en, tmp_p
                   f"output_dir={tmp_path}"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "does not match this run: model.name was 'cnn', now 'pcnn'" in result.stderr
+
+
+def _tampered(payload: dict, how: str) -> None:
+    rank = payload["rank_states"][0]
+    changes = {
+        "epoch a string": lambda: payload["state"].update(epoch="3"),
+        "step negative": lambda: payload["state"].update(step=-1),
+        "a state key missing": lambda: payload["state"].pop("bad_epochs"),
+        "best of an unknown metric": lambda: payload["state"].update(best={"metric": "x", "value": 1.0, "epoch": 1}),
+        "no rank states": lambda: payload.update(rank_states=[]),
+        "python RNG cut short": lambda: rank["rng"]["python"][1].pop(),
+        "numpy RNG keys a list": lambda: rank["rng"]["numpy"].update(keys=[0] * 624),
+        "torch RNG of floats": lambda: rank["rng"].update(torch=torch.zeros(5)),
+        "progress a string": lambda: rank["progress"].update(examples="many"),
+        "optimizer missing": lambda: payload.pop("optimizer"),
+        "world size zero": lambda: payload.update(world_size=0),
+        "optimizer of another model": lambda: payload["optimizer"]["param_groups"][0].update(params=[0]),
+    }
+    changes[how]()
+
+
+@pytest.mark.parametrize("how", ["epoch a string", "step negative", "a state key missing",
+                                 "best of an unknown metric", "no rank states",
+                                 "python RNG cut short", "numpy RNG keys a list",
+                                 "torch RNG of floats", "progress a string", "optimizer missing",
+                                 "world size zero", "optimizer of another model"])
+def test_a_tampered_training_state_is_one_line(reference, small_en, tmp_path, capsys, how):
+    """resume=PATH may name a stranger's file: every field a restore reads is checked first."""
+    payload = torch.load(reference / "checkpoints/last.pt", weights_only=True)
+    _tampered(payload, how)
+    path = tmp_path / "tampered.pt"
+    torch.save(payload, path)
+    line = cli_error(capsys, "train", *data_overrides(small_en), *BASE, "train.epochs=4",
+                     f"resume={path}", f"output_dir={tmp_path / 'run'}")
+    assert "tampered.pt: " in line and ("not a resumable checkpoint" in line
+                                        or "state does not fit this run" in line), line
 
 
 def test_only_weights_only_loading(tmp_path):

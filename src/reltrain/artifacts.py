@@ -1,9 +1,6 @@
-"""What a checkpoint or an exported folder holds, read as input from a stranger.
-
-Prediction, evaluation, serving and export see a checkpoint or a folder only through
-``Artifact``: one typed, versioned schema with bounds. Nothing in it names a path: tokenizer
-files are an allow-listed set of plain names, a folder's files are opened inside the folder
-without following links, and a config is plain typed values (no interpolation). A file that
+"""What a checkpoint or an exported folder holds, read as input from a stranger: one typed,
+bounded schema (``Artifact``) that names no path (tokenizer files are allow-listed plain names,
+folder members are opened without following links, a config is plain typed values). A file that
 breaks a rule is one ``UserError`` naming it, before anything is allocated from its sizes.
 """
 

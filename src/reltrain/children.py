@@ -1,12 +1,8 @@
-"""Work in fresh Python processes, never in a fork of this one: a fork copies torch's, gloo's
-and the DataLoader's threads' locks in whatever state they are in.
-
-A child is ``python -m reltrain.children`` in a session of its own, so Ctrl-C at the terminal
-reaches only reltrain's own processes; they stop their children where they choose (``stop``
-below), and a child never prints a traceback for a signal. The child's standard input is its
-lifeline: when this process ends, however it ends, the child reads end-of-file and exits.
-Calls, results and the child's log records are pickled over pipes between these two processes
-only, never into a file a user could receive.
+"""Work in fresh Python processes, never in a fork of this one (a fork copies torch's, gloo's and
+the DataLoader's threads' locks in whatever state they are in). A child runs in a session of its
+own, so Ctrl-C at the terminal reaches only reltrain's processes, which end their children where
+they choose; its standard input is its lifeline (the parent gone, it reads end-of-file and
+exits). Calls and results are pickled over its pipes only, never into a file a user receives.
 """
 
 from __future__ import annotations
@@ -113,42 +109,6 @@ def call(fn: Callable, *args, stop: Callable[[], None] | None = None):
     with Child() as child:
         child.send(fn, *args)
         return child.receive(stop)
-
-
-class Background:
-    """One job at a time in a child beside the caller (plots during training): ``submit``
-    first waits for the job before it, ``close`` for the last. A failure is logged, never raised."""
-
-    def __init__(self):
-        self._child: Child | None = None
-
-    def submit(self, fn: Callable, *args) -> None:
-        self._wait()
-        if self._child is None:
-            self._child = Child()
-        self._child.send(_logged, fn, *args)
-
-    def _wait(self) -> None:
-        if self._child is not None and self._child.pending:
-            try:
-                self._child.receive()
-            except ChildFailed as exc:
-                log.warning("%s", exc)
-                self._child.close()
-                self._child = None
-
-    def close(self) -> None:
-        self._wait()
-        if self._child is not None:
-            self._child.close()
-            self._child = None
-
-
-def _logged(fn: Callable, *args) -> None:
-    try:
-        fn(*args)
-    except Exception as exc:  # a picture that cannot be drawn never stops a run
-        log.warning("%s failed: %s", getattr(fn, "__name__", "a background job"), exc)
 
 
 class _Records(logging.Handler):

@@ -176,11 +176,9 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 
 
 def config_from_dict(data: object, where: str = "checkpoint") -> Config:
-    """The Config a checkpoint or an exported folder carries, read as input from a stranger.
-
-    Plain typed values only: no OmegaConf, so no interpolation or resolver runs (``${oc.env:X}``
-    stays a string and its option's check refuses it); unknown keys are an error, missing ones
-    take their defaults (older checkpoints), and the range checks of ``validate`` apply.
+    """The Config a checkpoint or an exported folder carries, read as input from a stranger:
+    plain typed values, no interpolation (``${oc.env:X}`` stays a string and fails its check),
+    unknown keys refused, missing ones defaulted, the range checks of ``validate`` applied.
     """
     if not isinstance(data, dict):
         raise UserError(f"{where}: its config is not a mapping")

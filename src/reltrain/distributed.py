@@ -304,25 +304,16 @@ def setup(device: str, dist_cfg) -> DistContext:
 
 
 def _import_before_joining() -> None:
-    """torch.distributed.nn's functions default to ``group=group.WORLD``, a value taken when the
-    module is first imported. DDP imports it (through torch._dynamo) once the group exists, so
-    the defaults then held the world group for good: destroy_process_group() left its gloo
-    threads running, and the group was only freed while the interpreter shut down, which now and
-    then aborted a finished rank ("terminate called without an active exception"). Imported
-    before the group exists, the defaults are None. tests/test_distributed.py checks that no
-    gloo thread outlives ``teardown``."""
+    """torch.distributed.nn's functions take ``group=group.WORLD`` as a default when first
+    imported; imported by DDP after joining, they held the world group past teardown, and its
+    gloo threads now and then aborted a finished rank at exit (docs/fault-tolerance.md)."""
     importlib.import_module("torch.distributed.nn")
 
 
 def _attempt_store(timeout: timedelta):
-    """torchrun's shared store, with keys of this restart attempt only, on a single node.
-
-    torchrun (2.x) keeps one TCP store across elastic restarts and its workers write their
-    addresses into it unprefixed, so a restarted rank can read the address of the worker it
-    replaced and fail with "Connection refused". A per-attempt prefix avoids that. Across
-    several nodes the restart counts of the agents may differ, so there the default is kept
-    (set TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 for torchrun instead; see docs/fault-tolerance.md).
-    """
+    """torchrun's shared store with keys of this restart attempt only (one node): torchrun keeps
+    one store across elastic restarts, where a restarted rank could read the address of the
+    worker it replaced (docs/fault-tolerance.md)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or _env_int("GROUP_WORLD_SIZE", 1) != 1:
         return None
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),

@@ -1,8 +1,5 @@
-"""``devices=N``: this process becomes the torchrun agent of N local workers.
-
-It runs torch.distributed.run in-process rather than as a child, so a signal to ``reltrain``
-(Ctrl-C, SIGTERM from a scheduler) reaches the agent, which passes it on to its workers (they
-save a checkpoint and stop) and waits for them: no orphans, no launcher traceback, and the exit
+"""``devices=N``: this process becomes the torchrun agent of N local workers, in-process, so a
+signal to ``reltrain`` reaches the agent, which passes it on and waits: no orphans, and the exit
 status is the workers' (128 + the signal).
 """
 

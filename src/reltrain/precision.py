@@ -1,16 +1,8 @@
-"""The floating-point precision a run computes in (``train.amp``, ``--amp``), and why.
-
-Weights stay fp32; autocast runs the matrix products in bf16 or fp16. ``auto``:
-
-- CUDA: a pretrained (``lm``) encoder in bf16 where the GPU has it, else fp16 with a loss
-  scaler; reltrain's own small encoders in fp32.
-- CPU: a pretrained encoder in bf16 only where the CPU multiplies bf16 in hardware (AVX512-BF16
-  or AMX, as oneDNN reports it); elsewhere bf16 is emulated, and on the 2-core development
-  machine (AVX2 only) a 2048x2048 bf16 matrix product ran at 0.28 GFLOP/s against 121 in fp32
-  (bench/utilisation.py). reltrain's own encoders in fp32.
-
-Training, evaluation and prediction use the same rule, so the test figures of a run are those
-of the precision it trained in. docs/benchmarks.md has the measurements.
+"""The floating-point precision a run computes in (``train.amp``, ``--amp``), and why. Weights
+stay fp32; autocast runs the matrix products in bf16 or fp16. ``auto``: a pretrained (``lm``)
+encoder in bf16 on a GPU that has it (else fp16 with a loss scaler) and on a CPU that multiplies
+bf16 in hardware (elsewhere emulated bf16 is far slower: docs/encoders.md); reltrain's own
+encoders in fp32. Training, evaluation and prediction follow the same rule.
 """
 
 from __future__ import annotations

@@ -133,17 +133,12 @@ class Step:
 
 
 class TrainBatchSampler(Sampler[StepIndices]):
-    """This rank's training steps for one epoch, the same global batches for any launch.
-
-    One permutation per epoch (from ``seed + epoch``) is cut into global batches of
-    ``world_size * batch_size * accum_steps`` examples (the last one shorter); each rank takes
-    its interleaved share of a global batch and cuts it into micro-batches of ``batch_size``.
-    So W processes x batch B x A micro-batches train on the same global batches as one process
-    with batch W*B*A, and a position in the epoch (steps done) means the same for any W.
-    A rank left without an example in a short last step gets one stand-in example whose loss
-    is weighted 0, so every rank joins the step's gradient all-reduce. With ``bucket`` the
-    permutation is sorted by length inside large chunks first (less padding).
-    """
+    """This rank's training steps for one epoch: one permutation per epoch (``seed + epoch``) cut
+    into global batches of ``world_size * batch_size * accum_steps``; each rank takes its
+    interleaved share and cuts it into micro-batches, so any W, B, A with the same product train
+    on the same global batches and a step count means the same position for any W. A rank left
+    without an example in a short last step gets a stand-in weighted 0, so it still joins the
+    gradient all-reduce. ``bucket``: sorted by length inside large chunks (less padding)."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, rank: int = 0,
                  world_size: int = 1, bucket: bool = False, accum_steps: int = 1):
@@ -188,14 +183,10 @@ class TrainBatchSampler(Sampler[StepIndices]):
 
 
 class EvalBatchSampler(Sampler[list[int]]):
-    """Evaluation batches: sorted by length, cut once, and dealt round-robin to the ranks.
-
-    Every example is in exactly one batch of exactly the same composition whatever the world
-    size, so the gathered predictions equal the single-process ones bit for bit. A batch holds
-    at most ``batch_size`` examples and at most ``batch_size`` times the median length in
-    tokens, padding included: sorted batches of a fixed count pad the few long sentences' batch
-    to the longest (on 4,096 deepke-zh rows, 13% of the tokens were padding; 4% with the cap).
-    """
+    """Evaluation batches: sorted by length, cut once, dealt round-robin to the ranks, so every
+    example is in one batch of the same composition whatever the world size (the gathered
+    predictions equal one process's bit for bit). A batch holds at most ``batch_size`` examples
+    and ``batch_size`` x the median length in tokens, padding included."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, rank: int = 0, world_size: int = 1):
         order = np.argsort(lengths, kind="stable")

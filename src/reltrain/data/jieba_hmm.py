@@ -1,17 +1,7 @@
-"""jieba's HMM for unknown runs of Chinese characters: the same words, about 3.4x faster.
-
-jieba's accurate mode sends every run of characters its dictionary does not join to
-``jieba.finalseg.cut``: a Viterbi search over the four states B(egin), M(iddle), E(nd) and
-S(ingle), written for any state set, with a dict per time step, a list of candidate tuples per
-state and a copied path per state and step: 19 us a run on deepke-zh (5.7 here), about 60% of
-reltrain's segmenting time (116 ms per 1,000 sentences, 45 with the HMM left out). Here the four
-states are local variables and the path is read back from one tuple of back-pointers per
-character; runs with letters or digits are split as ``finalseg.cut`` splits them. The
-arithmetic is jieba's to the bit: its own probability tables (read from ``jieba.finalseg``,
-never copied), the sums in its order ((previous + transition) + emission), and its tie-breaks
-(``max`` over ``(probability, state)`` tuples prefers the later letter on equal
-probabilities). ``tests/test_segment.py`` compares the words with ``finalseg.cut`` on every run
-of deepke-zh, on written sentences and on runs drawn from every group of characters.
+"""jieba's HMM for unknown runs of Chinese characters: the same words as ``jieba.finalseg.cut``,
+to the bit (its tables, its order of sums, its tie-breaks), with the four states as local
+variables instead of a general Viterbi: most of reltrain's segmenting time was there
+(docs/benchmarks.md; ``tests/test_segment.py`` compares every run of deepke-zh).
 """
 
 from __future__ import annotations

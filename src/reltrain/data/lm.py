@@ -1,12 +1,7 @@
-"""Subword input for pretrained encoders: entity markers, exact offsets, a window around them.
-
-Markers are inserted into the text at the entities' character offsets and added to the
-tokenizer as special tokens, so each is one token whose offset is known exactly; the head and
-tail spans are the token positions of their opening and closing markers.
-
-Characters the tokenizer can only read as [UNK] (an English vocabulary on Chinese text: over half
-the characters of DeepKE's corpus for MiniLM) can be added as tokens of their own, learned from
-the training data; ids: the model's vocabulary, then the markers, then the added characters.
+"""Subword input for pretrained encoders: entity markers inserted at the entities' character
+offsets as special tokens (exact spans), a window around them, and characters the tokenizer can
+only read as [UNK] added as tokens of their own (ids: the model's vocabulary, the markers, the
+added characters).
 """
 
 from __future__ import annotations

@@ -1,14 +1,8 @@
-"""jieba's words (accurate mode, HMM on), the same tokens at about 4x jieba's speed.
-
-jieba's accurate mode finds the most probable path through its dictionary (the slow part, pure
-Python), then hands each run of unknown single characters to its HMM. ``rjieba`` (jieba-rs)
-walks the same dictionary in Rust and, with its HMM off, gives exactly jieba's HMM-off words;
-its HMM differs from jieba's on about 3% of sentences, so we never use it. Here the path comes
-from rjieba and the runs go to jieba's own HMM (its tables, in the faster search of
-``jieba_hmm``), following ``jieba.Tokenizer.__cut_DAG``: the words are jieba's, which the
-models were trained with. Where the path cannot be read back from rjieba's words (a
-letters-and-digits word that is also in the dictionary) the block goes to jieba itself.
-Without rjieba, or with jieba's dictionary changed, everything does.
+"""jieba's words (accurate mode, HMM on), faster: the dictionary path from ``rjieba`` (jieba-rs),
+the unknown runs through jieba's own HMM (``jieba_hmm``), as ``jieba.Tokenizer.__cut_DAG`` does;
+rjieba's own HMM differs from jieba's, and the models were trained on jieba's words. Where the
+path cannot be read back (a letters-and-digits dictionary word), without rjieba, or with
+jieba's dictionary changed, jieba itself segments.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""Prediction work in worker processes, results in input order.
-
-On a CPU each worker predicts whole chunks of rows (tokenize, run the model on one thread,
-format the output lines) while the main process only reads and writes: jieba, the model and the
-JSON all scale with the cores, and no OpenMP thread pool competes with the tokenizers for them.
-On a GPU the workers tokenize and the main process runs the model. A worker is a fresh process
-(reltrain/children.py) that loads the model from its file; pretrained (``lm``) models predict in
-the main process, where one copy of a large model is enough.
+"""Prediction in worker processes, results in input order. On a CPU each worker predicts whole
+chunks (tokenize, model on one thread, output lines) while the main process reads and writes,
+so everything scales with the cores; on a GPU the workers tokenize. A worker is a fresh process
+(children.py) that loads the model from its file; ``lm`` models predict in the main process.
 """
 
 from __future__ import annotations

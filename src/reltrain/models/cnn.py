@@ -59,15 +59,9 @@ class CNNClassifier(nn.Module):
                 and isinstance(self.act, nn.ReLU) and not torch.onnx.is_in_onnx_export())
 
     def _cpu_inference_forward(self, word, pos_head, pos_tail, masks):
-        """The same function for prediction and evaluation on a CPU, 16-19% faster (probabilities
-        within 1e-6 of the training forward's: another convolution kernel's summation order).
-
-        The convolutions run as 2-D ones on a channels-last (B, D, 1, L) view of the embeddings:
-        oneDNN's faster kernel here, no transposed copy, and their output is (B, L, F) in memory,
-        so the max over L runs along rows of F instead of along ~30-element rows. The max comes
-        before the ReLU: max(relu(h)) = relu(max(h)) exactly (ReLU keeps order, no arithmetic),
-        so the ReLU touches (B, F) instead of (B, F, L); a piece with no token gives
-        relu(-inf) = 0, as ``masked_max`` does. The mask is added as 0 / -inf."""
+        """The same function without autograd on a CPU, faster (docs/benchmarks.md; within 1e-6):
+        2-D convolutions on a channels-last view, and the max before the ReLU, which is exact
+        (ReLU keeps order; an empty piece gives relu(-inf) = 0, as ``masked_max`` does)."""
         x = self.embed(word, pos_head, pos_tail)[:, None].permute(0, 3, 1, 2)  # (B, D, 1, L)
         away = [torch.zeros(keep.shape, dtype=x.dtype).masked_fill_(~keep, float("-inf"))[:, None, :, None]
                 for keep in masks]  # (B, 1, L, 1)

@@ -1,11 +1,6 @@
-"""Dropout whose mask is a function of (example, feature, step), not of where the example runs.
-
-Ordinary dropout draws its mask from the process's RNG, so the same example gets a different
-mask in a batch of 64 on one process than in a batch of 32 on each of two, and training drifts
-apart when devices are added. Here the trainer hands each example a 32-bit noise seed derived
-from (train.seed, step, example index); the mask is a counter-based hash of that seed and the
-feature position, so any split of the global batch across devices gives the same masks.
-
+"""Dropout whose mask is a function of (train.seed, step, example, feature), not of where the
+example runs: with the process's RNG, one example's mask differed between a batch of 64 on one
+process and 32 on each of two, and training drifted apart when devices were added.
 Letters: B batch, H features.
 """
 

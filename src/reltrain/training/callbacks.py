@@ -64,11 +64,8 @@ class CurvePlots(Callback):
     """
 
     def __init__(self, directory: Path, every_s: float = 20.0):
-        from reltrain.children import Background
-
         self.directory, self.history, self.every_s = directory, [], every_s
-        self.drawn, self.last = 0, float("-inf")
-        self.child = Background()
+        self.drawn, self.last, self.child = 0, float("-inf"), None
 
     def resume(self, history):
         self.history = list(history)
@@ -81,11 +78,28 @@ class CurvePlots(Callback):
     def close(self):
         if self.history and self.drawn < len(self.history):
             self._draw()
-        self.child.close()
+        if self.child is not None:
+            self._wait()
+            self.child.close()
 
     def _draw(self):
+        from reltrain.children import Child
+
         self.last, self.drawn = time.monotonic(), len(self.history)
-        self.child.submit(draw_curves, list(self.history), self.directory)
+        self._wait()  # one drawing at a time
+        self.child = self.child or Child()
+        self.child.send(draw_curves, list(self.history), self.directory)
+
+    def _wait(self):
+        from reltrain.children import ChildFailed
+
+        try:
+            if self.child is not None and self.child.pending:
+                self.child.receive()
+        except ChildFailed as exc:  # out of memory, say: training goes on without pictures
+            log.warning("%s", exc)
+            self.child.close()
+            self.child = None
 
 
 def draw_curves(history: list[dict], directory: Path) -> None:
@@ -93,8 +107,8 @@ def draw_curves(history: list[dict], directory: Path) -> None:
 
     try:
         plot_curves(history, directory)
-    except OSError as exc:
-        log.warning("cannot write the plots in %s: %s", directory, exc.strerror or exc)
+    except Exception as exc:  # a full disk, a picture that cannot be drawn: never the run's end
+        log.warning("cannot draw the plots in %s: %s", directory, getattr(exc, "strerror", None) or exc)
 
 
 class TensorBoardLog(Callback):

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 
 from reltrain.artifacts import FORMAT, VERSION
+from reltrain.errors import UserError, first_line
 from reltrain.output import atomic_file
 
 
@@ -65,14 +66,10 @@ def restore_rng(state: dict) -> None:
 
 
 class Checkpointer:
-    """Saves and restores the full training state, part for part alike: the stateful objects
-    (``_parts``), the trainer's counters (``state``) and every rank's RNG and partial-epoch
-    totals (``rank_states``). Every rank calls ``save``, global rank 0 writes.
-
-    Files in ``directory``: ``last.pt`` (newest), ``best.pt`` (best on validation), and
-    ``ckpt-<step>.pt`` (the newest ``keep`` saves, hard links where the filesystem allows), each
-    with a ``.json`` beside it for humans. ``static`` holds what never changes during a run.
-    """
+    """Saves and restores the training state part for part: the objects of ``_parts``, the
+    trainer's counters and every rank's RNG and partial totals. Every rank calls ``save``, rank
+    0 writes ``last.pt``, ``best.pt`` and the newest ``keep`` ``ckpt-<step>.pt`` (hard links),
+    each with a ``.json`` for humans; ``static`` is what never changes during a run."""
 
     def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
                  ctx, scaler=None, keep: int = 2):
@@ -115,9 +112,14 @@ class Checkpointer:
         from reltrain.training.trainer import EpochProgress, TrainState
 
         for key, part in self._parts().items():
-            if key in payload:  # a scaler only where fp16 ran
+            if key not in payload:  # a scaler only where fp16 ran
+                continue
+            try:
                 part.load_state_dict(strip_wrapper_prefixes(payload[key]) if key == "model"
                                      else payload[key])
+            except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # a stranger's file
+                raise UserError(f"{payload.get('path', 'the checkpoint')}: its {key} state does "
+                                f"not fit this run ({first_line(exc)[:200]})") from None
         rank_states = payload["rank_states"]
         restore_rng(rank_states[self.ctx.rank % len(rank_states)]["rng"])
         progress = [EpochProgress(**r["progress"]) for r in rank_states]

@@ -8,14 +8,9 @@ import numpy as np
 
 
 def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict:
-    """Macro and micro precision/recall/F1, accuracy and a per-class report.
-
-    Macro averages run over the relations that occur in the gold labels or the predictions
-    (scikit-learn's default, and DeepKE's), so a relation absent from a split does not count as 0.
-    A ratio with nothing to count (no prediction of a class, say) is 0, as scikit-learn's
-    ``zero_division=0``; tests/test_metrics.py holds the two to the same figures. Counted here
-    because importing scikit-learn's metrics costs about 80 MB, a sixth of a CNN run's memory.
-    """
+    """Macro and micro precision/recall/F1, accuracy and a per-class report, as scikit-learn
+    counts them (macro over the relations in gold or predictions, ``zero_division=0``;
+    tests/test_metrics.py compares) without importing it, which cost a sixth of a CNN run's memory."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     present = np.union1d(y_true, y_pred)
     hit = y_pred[y_true == y_pred]

@@ -10,11 +10,12 @@ import logging
 from dataclasses import fields
 from pathlib import Path
 
-from reltrain.artifacts import strip_wrapper_prefixes
-from reltrain.config import Config
-from reltrain.errors import UserError
+import torch
+
 from reltrain import distributed as D
-from reltrain.artifacts import load_checkpoint
+from reltrain.artifacts import Artifact, best_metric, load_checkpoint, strip_wrapper_prefixes
+from reltrain.config import METRICS, Config
+from reltrain.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.trainer import TrainState
 
@@ -76,6 +77,67 @@ _FIXED_FOR_RESUME = {
 }
 
 
+def _check_resumable(payload: dict, path: Path) -> None:
+    """Every field resuming reads, typed and bounded (the model's own through ``Artifact``): a
+    stranger's file is one line, never a traceback in the middle of a restore."""
+    Artifact.from_payload(payload, str(path))  # config, labels, vocabulary or tokenizer, weights
+    state, ranks = payload.get("state"), payload.get("rank_states")
+    problems = {
+        "its training state": isinstance(state, dict)
+        and set(state) == {f.name for f in fields(TrainState)}
+        and all(_count(state[k]) for k in ("epoch", "step", "batch_in_epoch", "bad_epochs"))
+        and state["epoch"] >= 1 and isinstance(state["stopped_early"], bool)
+        and (state["best"] is None or best_metric(state["best"]) is not None)
+        and _bests(state["best_by_metric"]),
+        "its per-rank states": isinstance(ranks, list) and 1 <= len(ranks) <= 65536
+        and all(_rank_state(r) for r in ranks),
+        "its optimizer and schedule": all(isinstance(payload.get(k), dict)
+                                          for k in ("optimizer", "scheduler")),
+        "its world size and global batch": _count(payload.get("world_size", 1), 1)
+        and _count(payload.get("global_batch_size", 1), 1),
+    }
+    wrong = [what for what, fine in problems.items() if not fine]
+    if wrong:
+        raise UserError(f"{path}: not a resumable checkpoint of this reltrain version ({wrong[0]}; "
+                        f"it can still be used with evaluate / predict)")
+
+
+def _bests(value: object) -> bool:
+    """``{metric: {"value", "epoch"}}``, each metric's own best."""
+    return isinstance(value, dict) and all(
+        k in METRICS and isinstance(v, dict) and set(v) == {"value", "epoch"}
+        and best_metric({"metric": k, **v}) is not None for k, v in value.items())
+
+
+def _count(value: object, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= 2**40
+
+
+def _rank_state(value: object) -> bool:
+    """One rank's RNG states and partial-epoch totals, as ``capture_rng`` and the trainer wrote."""
+    if not isinstance(value, dict) or not isinstance(value.get("progress"), dict):
+        return False
+    rng, progress = value.get("rng"), value["progress"]
+    if set(progress) != {"loss_sum", "examples", "seconds"} or not all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in progress.values()):
+        return False
+    if not isinstance(rng, dict) or not isinstance(rng.get("numpy"), dict):
+        return False
+    py, npy, cuda = rng.get("python"), rng["numpy"], rng.get("cuda", [])
+    states = [rng.get("torch"), *(cuda if isinstance(cuda, list) else [None])]
+    return (isinstance(py, list) and len(py) == 3 and isinstance(py[1], list) and len(py[1]) == 625
+            and all(_count(x) and x < 2**32 for x in py[1])
+            and isinstance(npy.get("keys"), torch.Tensor) and npy["keys"].shape == (624,)
+            and _count(npy.get("pos")) and _count(npy.get("has_gauss"))
+            and isinstance(npy.get("gauss"), float)
+            and all(_bytes(t) for t in states))
+
+
+def _bytes(value: object) -> bool:
+    return (isinstance(value, torch.Tensor) and value.dtype == torch.uint8 and value.dim() == 1
+            and value.numel() <= 1 << 16)
+
+
 def run_complete(state: dict, epochs: int) -> bool:
     """True when a checkpoint's run has nothing left to train with ``train.epochs=epochs``."""
     return bool(state["stopped_early"]) or state["epoch"] > epochs
@@ -98,12 +160,8 @@ def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> 
     batch) may change freely; ``train.epochs`` and ``train.early_stopping`` are applied from
     here on, with a note; any other change is refused, so ``config.yaml`` says what ran.
     """
-    state_keys = {f.name for f in fields(TrainState)}
-    if (not isinstance(payload.get("state"), dict) or not state_keys <= set(payload["state"])
-            or not payload.get("rank_states") or "optimizer" not in payload):
-        raise UserError(f"{path}: not a resumable checkpoint of this reltrain version "
-                        f"(it can still be used with evaluate / predict)")
-    old = payload.get("config", {})
+    _check_resumable(payload, path)
+    old = payload["config"]
     fixed = {"model": tuple(cfg.model.__dict__), **_FIXED_FOR_RESUME}
     for section, keys in fixed.items():
         was, now = old.get(section, {}), getattr(cfg, section).__dict__
