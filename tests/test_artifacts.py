@@ -155,8 +155,10 @@ def tampered_checkpoints(trained) -> dict:
          "must start with <pad>, <unk>")
     case("a width of 10^12", cnn, lambda p: p["config"]["model"].update(word_dim=10**12),
          "model sizes must be at most")
-    case("a negative width", cnn, lambda p: p["config"]["model"].update(num_filters=-5),
+    case("a negative width", cnn, lambda p: p["config"]["model"]["cnn"].update(num_filters=-5),
          "model sizes must be positive")
+    case("a width by both its names", cnn, lambda p: p["config"]["model"].update(num_filters=-5),
+         "the same option")
     case("an unknown model type", cnn, lambda p: p["config"]["model"].update(name="evil"),
          "unknown model.name")
     case("an unknown config key", cnn, lambda p: p["config"]["model"].update(evil=1),

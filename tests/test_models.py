@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from reltrain.config import ModelConfig
+from reltrain.config import BiLSTMConfig, CNNConfig, ModelConfig
 from reltrain.data.dataset import RelationDataset
 from reltrain.errors import UserError
 from reltrain.models import build_model, model_names
@@ -51,7 +51,8 @@ def test_the_guard_sees_every_spelling(source):
                                           ("bilstm", "last")])
 def test_forward_shape_and_padding_invariance(name, pooling):
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, dropout=0.0, pooling=pooling or "attention"),
+    model = build_model(ModelConfig(name=name, dropout=0.0,
+                                    bilstm=BiLSTMConfig(pooling=pooling or "attention")),
                         vocab_size=50, num_labels=4, pos_limit=5).eval()
     split = make_split([6, 3], [(0, 2), (1, 2)], [(4, 5), (2, 3)])
     split.token_ids = split.token_ids % 50
@@ -76,7 +77,7 @@ def test_cpu_prediction_forward_equals_the_training_one(name):
     before ReLU, an additive mask); it must compute the same function, padding, short sentences
     and empty PCNN pieces included."""
     torch.manual_seed(0)
-    model = build_model(ModelConfig(name=name, kernel_sizes=[1, 3, 5]), 50, 4, 5).eval()
+    model = build_model(ModelConfig(name=name, cnn=CNNConfig(kernel_sizes=[1, 3, 5])), 50, 4, 5).eval()
     split = make_split([6, 3, 1, 4, 9], [(0, 2), (1, 2), (0, 1), (0, 3), (8, 9)],
                        [(4, 5), (2, 3), (0, 1), (1, 3), (0, 1)])
     split.token_ids = split.token_ids % 50
@@ -92,7 +93,7 @@ def test_cpu_prediction_forward_equals_the_training_one(name):
 
 
 def test_other_activations_predict_by_the_training_route():
-    model = build_model(ModelConfig(name="cnn", activation="tanh"), 20, 3, 5).eval()
+    model = build_model(ModelConfig(name="cnn", cnn=CNNConfig(activation="tanh")), 20, 3, 5).eval()
     with torch.no_grad():
         assert model._cpu_inference(torch.zeros(1, 2, dtype=torch.long)) is False
 

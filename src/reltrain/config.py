@@ -53,30 +53,81 @@ class DataConfig:
 
 
 @dataclass
+class CNNConfig:
+    kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
+    num_filters: int = _opt(128, "filters per kernel size")
+    activation: str = _opt("relu", "relu, gelu or tanh")
+
+
+@dataclass
+class BiLSTMConfig:
+    hidden: int = _opt(150, "hidden size per direction")
+    layers: int = _opt(2, "stacked layers")
+    pooling: str = _opt("attention", "attention (Att-BLSTM), max or last")
+
+
+@dataclass
+class TransformerConfig:
+    dim: int = _opt(128, "model width")
+    layers: int = _opt(3, "encoder layers")
+    heads: int = _opt(4, "attention heads")
+    ff: int = _opt(256, "feed-forward size")
+    positions: str = _opt("sinusoidal", "sinusoidal or learned token positions")
+    dropout: float = _opt(0.1, "dropout inside the encoder layers")
+
+
+@dataclass
+class LMConfig:
+    pretrained: str = _opt("", "local folder of a Hugging Face encoder (BERT, RoBERTa, MiniLM...)")
+    pooling: str = _opt("entity", "entity (head and tail start markers) or cls")
+    markers: str = _opt("plain", "plain entity markers, or typed (from head_type/tail_type columns)")
+    add_chars: int = _opt(2, "characters the tokenizer reads as [UNK] and seen this often in the "
+                             "training text get their own token, learned at train.lr (0: off)")
+    dropout: float = _opt(0.1, "dropout before the classifier")
+
+
+@dataclass
 class ModelConfig:
     name: str = _opt("cnn", "encoder: cnn, pcnn, bilstm, transformer or lm")
     word_dim: int = _opt(100, "word embedding size")
     pos_dim: int = _opt(10, "size of each of the two position embeddings")
-    kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
-    num_filters: int = _opt(128, "filters per kernel size")
-    activation: str = _opt("relu", "relu, gelu or tanh")
-    dropout: float = _opt(0.5, "dropout before the classifier")
-    rnn_hidden: int = _opt(150, "bilstm: hidden size per direction")
-    rnn_layers: int = _opt(2, "bilstm: stacked layers")
-    pooling: str = _opt("attention", "bilstm: attention (Att-BLSTM), max or last")
-    tf_dim: int = _opt(128, "transformer: model width")
-    tf_layers: int = _opt(3, "transformer: encoder layers")
-    tf_heads: int = _opt(4, "transformer: attention heads")
-    tf_ff: int = _opt(256, "transformer: feed-forward size")
-    tf_positions: str = _opt("sinusoidal", "transformer: sinusoidal or learned token positions")
-    tf_dropout: float = _opt(0.1, "transformer: dropout inside the encoder layers")
+    dropout: float = _opt(0.5, "dropout before the classifier (model.lm.dropout for lm)")
     word_vectors: str = _opt("", "word2vec/GloVe file (.txt, or .bin for binary word2vec) to start from")
     freeze_embeddings: bool = _opt(False, "keep word_vectors fixed during training")
-    pretrained: str = _opt("", "lm: local folder of a Hugging Face encoder (BERT, RoBERTa, MiniLM...)")
-    lm_pooling: str = _opt("entity", "lm: entity (head and tail start markers) or cls")
-    lm_markers: str = _opt("plain", "lm: plain entity markers, or typed (from head_type/tail_type columns)")
-    lm_add_chars: int = _opt(2, "lm: characters the tokenizer reads as [UNK] and seen this often in the "
-                                "training text get their own token, learned at train.lr (0: off)")
+    cnn: CNNConfig = field(default_factory=CNNConfig)  # also pcnn's
+    bilstm: BiLSTMConfig = field(default_factory=BiLSTMConfig)
+    transformer: TransformerConfig = field(default_factory=TransformerConfig)
+    lm: LMConfig = field(default_factory=LMConfig)
+
+
+# The flat model keys of reltrain before the per-encoder sections, still accepted everywhere (a
+# file, key=value, an older checkpoint or exported folder).
+FLAT_MODEL_KEYS = {
+    "kernel_sizes": "cnn", "num_filters": "cnn", "activation": "cnn",
+    "rnn_hidden": "bilstm.hidden", "rnn_layers": "bilstm.layers", "pooling": "bilstm",
+    "tf_dim": "transformer.dim", "tf_layers": "transformer.layers",
+    "tf_heads": "transformer.heads", "tf_ff": "transformer.ff",
+    "tf_positions": "transformer.positions", "tf_dropout": "transformer.dropout",
+    "pretrained": "lm", "lm_pooling": "lm.pooling", "lm_markers": "lm.markers",
+    "lm_add_chars": "lm.add_chars",
+}
+
+
+def nest_model_keys(model: dict) -> dict:
+    """A ``model`` mapping with the flat keys moved into their sections (one given both ways is
+    an error). ``dropout`` with ``name: lm`` was the pretrained encoder's: it goes to ``lm``."""
+    out = {k: dict(v) if isinstance(v, dict) else v for k, v in model.items()
+           if k not in FLAT_MODEL_KEYS}
+    moved = [(place, key) for key, place in FLAT_MODEL_KEYS.items() if key in model]
+    if out.get("name") == "lm" and "dropout" in out:
+        moved.append(("lm", "dropout"))
+    for place, key in moved:
+        section, _, name = place.partition(".")
+        if isinstance(out.setdefault(section, {}), dict):
+            if out[section].setdefault(name or key, model[key]) != model[key] and key != "dropout":
+                raise UserError(f"model.{key} and model.{section}.{name or key} are the same "
+                                f"option (the first its older name): give one")
+    return out
 
 
 @dataclass
@@ -156,14 +207,25 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         if "=" not in item or item.startswith("="):
             raise UserError(f"override '{item}' is not key=value (see 'reltrain train --help')")
     try:
-        merged = OmegaConf.structured(Config)
+        sources = []
         if path:
             if not Path(path).is_file():
                 raise UserError(f"{path}: config file not found")
-            merged = OmegaConf.merge(merged, OmegaConf.load(path))
+            sources.append(OmegaConf.to_container(OmegaConf.load(path)))
         # `key=` means an empty value (OmegaConf would read None, which no option takes).
         dotlist = [f'{item}""' if item.endswith("=") else item for item in overrides]
-        merged = OmegaConf.merge(merged, OmegaConf.from_dotlist(dotlist))
+        sources.append(OmegaConf.to_container(OmegaConf.from_dotlist(dotlist)))
+        models = [src["model"] for src in sources
+                  if isinstance(src, dict) and isinstance(src.get("model"), dict)]
+        name = next((m["name"] for m in reversed(models) if "name" in m), ModelConfig.name)
+        merged = OmegaConf.structured(Config)
+        for src in sources:
+            if isinstance(src, dict) and isinstance(src.get("model"), dict):
+                given = nest_model_keys({"name": name, **src["model"]})
+                if "name" not in src["model"]:
+                    del given["name"]
+                src["model"] = given
+            merged = OmegaConf.merge(merged, src)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(_option_error(exc)) from None
@@ -182,6 +244,8 @@ def config_from_dict(data: object, where: str = "checkpoint") -> Config:
     """
     if not isinstance(data, dict):
         raise UserError(f"{where}: its config is not a mapping")
+    if isinstance(data.get("model"), dict):
+        data = {**data, "model": nest_model_keys(data["model"])}
     try:
         cfg = _typed_dataclass(Config, data, "")
         validate_values(cfg)
@@ -269,8 +333,9 @@ def validate(cfg: Config) -> None:
     _check(not m.word_vectors or Path(m.word_vectors).is_file(),
            f"model.word_vectors: file not found: {m.word_vectors}")
     if m.name == "lm":
-        _check(bool(m.pretrained) and Path(m.pretrained).is_dir(),
-               f"model.name=lm needs model.pretrained=<local model folder>; not a folder: '{m.pretrained}'")
+        _check(bool(m.lm.pretrained) and Path(m.lm.pretrained).is_dir(),
+               f"model.name=lm needs model.lm.pretrained=<local model folder>; not a folder: "
+               f"'{m.lm.pretrained}'")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
            f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
 
@@ -294,23 +359,26 @@ def validate_values(cfg: Config) -> None:
     _check(d.max_len <= 1_000_000 and d.pos_limit <= 100_000,
            "data.max_len must be at most 1000000 and data.pos_limit at most 100000")
     _check(bool(d.train) or not (d.valid or d.test), "data.valid/data.test given without data.train")
-    _check(m.word_dim > 0 and m.pos_dim > 0 and m.num_filters > 0, "model sizes must be positive")
-    _check(bool(m.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in m.kernel_sizes),
-           f"model.kernel_sizes must be odd positive widths, not {list(m.kernel_sizes)}")
-    _check(m.activation in ("relu", "gelu", "tanh"), "model.activation must be relu, gelu or tanh")
-    _check(0.0 <= m.dropout < 1.0 and 0.0 <= m.tf_dropout < 1.0, "model dropouts must be in [0, 1)")
-    _check(m.pooling in ("attention", "max", "last"), "model.pooling must be attention, max or last")
-    _check(m.tf_positions in ("sinusoidal", "learned"), "model.tf_positions must be sinusoidal or learned")
-    _check(m.tf_dim % m.tf_heads == 0, "model.tf_dim must be a multiple of model.tf_heads")
-    _check(min(m.rnn_hidden, m.rnn_layers, m.tf_dim, m.tf_layers, m.tf_heads, m.tf_ff) > 0,
-           "model sizes must be positive")
-    _check(max(m.word_dim, m.pos_dim, m.num_filters, m.rnn_hidden, m.tf_dim, m.tf_ff, m.tf_heads,
-               *m.kernel_sizes) <= MAX_WIDTH and len(m.kernel_sizes) <= 16,
+    c, r, f, lm = m.cnn, m.bilstm, m.transformer, m.lm
+    _check(m.word_dim > 0 and m.pos_dim > 0 and c.num_filters > 0, "model sizes must be positive")
+    _check(bool(c.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in c.kernel_sizes),
+           f"model.cnn.kernel_sizes must be odd positive widths, not {list(c.kernel_sizes)}")
+    _check(c.activation in ("relu", "gelu", "tanh"), "model.cnn.activation must be relu, gelu or tanh")
+    _check(all(0.0 <= p < 1.0 for p in (m.dropout, f.dropout, lm.dropout)),
+           "model dropouts must be in [0, 1)")
+    _check(r.pooling in ("attention", "max", "last"),
+           "model.bilstm.pooling must be attention, max or last")
+    _check(f.positions in ("sinusoidal", "learned"),
+           "model.transformer.positions must be sinusoidal or learned")
+    _check(min(r.hidden, r.layers, f.dim, f.layers, f.heads, f.ff) > 0, "model sizes must be positive")
+    _check(f.dim % f.heads == 0, "model.transformer.dim must be a multiple of model.transformer.heads")
+    _check(max(m.word_dim, m.pos_dim, c.num_filters, r.hidden, f.dim, f.ff, f.heads,
+               *c.kernel_sizes) <= MAX_WIDTH and len(c.kernel_sizes) <= 16,
            f"model sizes must be at most {MAX_WIDTH}, with at most 16 kernel sizes")
-    _check(max(m.rnn_layers, m.tf_layers) <= MAX_LAYERS, f"model layers must be at most {MAX_LAYERS}")
-    _check(m.lm_pooling in ("entity", "cls"), "model.lm_pooling must be entity or cls")
-    _check(m.lm_markers in ("plain", "typed"), "model.lm_markers must be plain or typed")
-    _check(m.lm_add_chars >= 0, "model.lm_add_chars must be >= 0")
+    _check(max(r.layers, f.layers) <= MAX_LAYERS, f"model layers must be at most {MAX_LAYERS}")
+    _check(lm.pooling in ("entity", "cls"), "model.lm.pooling must be entity or cls")
+    _check(lm.markers in ("plain", "typed"), "model.lm.markers must be plain or typed")
+    _check(lm.add_chars >= 0, "model.lm.add_chars must be >= 0")
     _check(m.name != "lm" or not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
     _check(t.epochs >= 1, "train.epochs must be at least 1")
     _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")

@@ -176,7 +176,7 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload:
     positions = (model_hf_config(model) or {}).get("max_position_embeddings")
     if positions and cfg.data.max_len > positions:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
-                        f"of {cfg.model.pretrained}: set data.max_len={positions} or less")
+                        f"of {cfg.model.lm.pretrained}: set data.max_len={positions} or less")
     if not payload and cfg.model.word_vectors:  # a resumed run's weights: Checkpointer.restore
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):

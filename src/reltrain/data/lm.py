@@ -42,7 +42,7 @@ class LMTokenizer:
 
     def __init__(self, hf_tokenizer, types: list[str] | None = None, added: list[str] | None = None):
         if not getattr(hf_tokenizer, "is_fast", False):
-            raise UserError("model.pretrained needs a fast tokenizer (tokenizer.json) for exact "
+            raise UserError("model.lm.pretrained needs a fast tokenizer (tokenizer.json) for exact "
                             "character offsets")
         self.hf, self.types = hf_tokenizer, sorted(types) if types else None
         markers = [m for role in ("E1", "E2") for m in _markers(role, None)]

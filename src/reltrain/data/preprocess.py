@@ -244,8 +244,8 @@ def _load_cached(path: Path) -> Prepared | None:
 def prepare_run(cfg, progress: bool = False) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
     lm = cfg.model.name == "lm"
-    return prepare(cfg.data, progress, lm_folder=cfg.model.pretrained if lm else "",
-                   lm_markers=cfg.model.lm_markers, lm_add_chars=cfg.model.lm_add_chars)
+    return prepare(cfg.data, progress, lm_folder=cfg.model.lm.pretrained if lm else "",
+                   lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars)
 
 
 def token_identity(prepared: Prepared) -> dict:
@@ -268,7 +268,7 @@ def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):
     stats = lm.add_unknown_chars((r.text for r in records), add_chars)
     if stats.get("unk_before"):
         log.info("%s reads %.1f%% of the training subwords as [UNK]; %d characters seen at least "
-                 "%d times get tokens of their own (model.lm_add_chars): %.1f%% [UNK] now",
+                 "%d times get tokens of their own (model.lm.add_chars): %.1f%% [UNK] now",
                  folder, 100 * stats["unk_before"], stats["added"], add_chars, 100 * stats["unk_after"])
     return lm
 

@@ -79,8 +79,8 @@ class CNNClassifier(nn.Module):
 def _builder(piecewise: bool):
     def build(cfg, vocab_size: int, num_labels: int, pos_limit: int, **_) -> CNNClassifier:
         return CNNClassifier(vocab_size, num_labels, pos_limit, word_dim=cfg.word_dim,
-                             pos_dim=cfg.pos_dim, kernel_sizes=tuple(cfg.kernel_sizes),
-                             num_filters=cfg.num_filters, activation=cfg.activation,
+                             pos_dim=cfg.pos_dim, kernel_sizes=tuple(cfg.cnn.kernel_sizes),
+                             num_filters=cfg.cnn.num_filters, activation=cfg.cnn.activation,
                              dropout=cfg.dropout, piecewise=piecewise)
     return build
 

@@ -53,14 +53,14 @@ class LMClassifier(nn.Module):
 @register_model("lm")
 def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: dict | None = None,
              added_tokens: int = 0, **_) -> LMClassifier:
-    """From ``cfg.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
+    """From ``cfg.lm.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
     checkpoint, weights loaded afterwards) when loading, so no model folder is needed then.
     The last ``added_tokens`` ids of the vocabulary get their own embedding table."""
     from transformers import AutoConfig, AutoModel
 
     if hf_config is None:
         with _quiet_transformers():  # "some weights were not used": the pretraining heads, expected
-            encoder = AutoModel.from_pretrained(cfg.pretrained, local_files_only=True)
+            encoder = AutoModel.from_pretrained(cfg.lm.pretrained, local_files_only=True)
     else:
         config = dict(hf_config)
         encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
@@ -72,7 +72,7 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
     if getattr(encoder, "pooler", None) is not None:
         # Unused here; parameters without gradients would stall DDP without find_unused_parameters.
         encoder.pooler = None
-    return LMClassifier(encoder, num_labels, cfg.lm_pooling, cfg.dropout, added_tokens)
+    return LMClassifier(encoder, num_labels, cfg.lm.pooling, cfg.lm.dropout, added_tokens)
 
 
 @contextmanager

@@ -54,5 +54,6 @@ class BiLSTMClassifier(nn.Module):
 @register_model("bilstm")
 def build_bilstm(cfg, vocab_size: int, num_labels: int, pos_limit: int, **_) -> BiLSTMClassifier:
     return BiLSTMClassifier(vocab_size, num_labels, pos_limit, word_dim=cfg.word_dim,
-                            pos_dim=cfg.pos_dim, hidden=cfg.rnn_hidden, layers=cfg.rnn_layers,
-                            pooling=cfg.pooling, dropout=cfg.dropout)
+                            pos_dim=cfg.pos_dim, hidden=cfg.bilstm.hidden,
+                            layers=cfg.bilstm.layers, pooling=cfg.bilstm.pooling,
+                            dropout=cfg.dropout)

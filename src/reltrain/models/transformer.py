@@ -55,6 +55,7 @@ class TransformerClassifier(nn.Module):
 @register_model("transformer")
 def build_transformer(cfg, vocab_size: int, num_labels: int, pos_limit: int, **_):
     return TransformerClassifier(vocab_size, num_labels, pos_limit, word_dim=cfg.word_dim,
-                                 pos_dim=cfg.pos_dim, width=cfg.tf_dim, layers=cfg.tf_layers,
-                                 heads=cfg.tf_heads, ff=cfg.tf_ff, positions=cfg.tf_positions,
-                                 dropout=cfg.tf_dropout, head_dropout=cfg.dropout)
+                                 pos_dim=cfg.pos_dim, width=cfg.transformer.dim,
+                                 layers=cfg.transformer.layers, heads=cfg.transformer.heads,
+                                 ff=cfg.transformer.ff, positions=cfg.transformer.positions,
+                                 dropout=cfg.transformer.dropout, head_dropout=cfg.dropout)

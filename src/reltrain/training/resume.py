@@ -14,7 +14,7 @@ import torch
 
 from reltrain import distributed as D
 from reltrain.artifacts import Artifact, best_metric, load_checkpoint, strip_wrapper_prefixes
-from reltrain.config import METRICS, Config
+from reltrain.config import METRICS, Config, to_dict
 from reltrain.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.trainer import TrainState
@@ -69,18 +69,20 @@ class Mismatch(UserError):
 
 # Options that shape the training trajectory: a resumed run cannot honour a new value exactly
 # (the optimizer, the schedule and the data order in the checkpoint were made with the old one).
+# Every model.* key is fixed too.
 _FIXED_FOR_RESUME = {
-    "train": ("lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio", "amp",
-              "lr_factor", "lr_patience", "grad_clip", "select_metric", "class_weights", "seed"),
-    "data": ("language", "tokenizer", "lowercase", "max_len", "min_freq", "pos_limit", "bucket",
-             "skip_bad_rows"),
+    *(f"train.{key}" for key in ("lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio",
+                                 "amp", "lr_factor", "lr_patience", "grad_clip", "select_metric",
+                                 "class_weights", "seed")),
+    *(f"data.{key}" for key in ("language", "tokenizer", "lowercase", "max_len", "min_freq",
+                                "pos_limit", "bucket", "skip_bad_rows")),
 }
 
 
-def _check_resumable(payload: dict, path: Path) -> None:
+def _check_resumable(payload: dict, path: Path) -> Artifact:
     """Every field resuming reads, typed and bounded (the model's own through ``Artifact``): a
     stranger's file is one line, never a traceback in the middle of a restore."""
-    Artifact.from_payload(payload, str(path))  # config, labels, vocabulary or tokenizer, weights
+    artifact = Artifact.from_payload(payload, str(path))  # config, labels, vocabulary, weights
     state, ranks = payload.get("state"), payload.get("rank_states")
     problems = {
         "its training state": isinstance(state, dict)
@@ -100,6 +102,16 @@ def _check_resumable(payload: dict, path: Path) -> None:
     if wrong:
         raise UserError(f"{path}: not a resumable checkpoint of this reltrain version ({wrong[0]}; "
                         f"it can still be used with evaluate / predict)")
+    return artifact
+
+
+def _dotted(tree: dict, prefix: str = "") -> dict:
+    """``{"model": {"cnn": {"num_filters": 8}}}`` as ``{"model.cnn.num_filters": 8}``."""
+    out = {}
+    for key, value in tree.items():
+        out.update(_dotted(value, f"{prefix}{key}.") if isinstance(value, dict)
+                   else {prefix + key: value})
+    return out
 
 
 def _bests(value: object) -> bool:
@@ -160,17 +172,13 @@ def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> 
     batch) may change freely; ``train.epochs`` and ``train.early_stopping`` are applied from
     here on, with a note; any other change is refused, so ``config.yaml`` says what ran.
     """
-    _check_resumable(payload, path)
-    old = payload["config"]
-    fixed = {"model": tuple(cfg.model.__dict__), **_FIXED_FOR_RESUME}
-    for section, keys in fixed.items():
-        was, now = old.get(section, {}), getattr(cfg, section).__dict__
-        for key in keys:
-            if key in was and was[key] != now[key]:
-                raise Mismatch(f"{path}: does not match this run: {section}.{key} was "
-                                f"{was[key]!r}, now {now[key]!r}; a resumed run continues with "
-                                f"the checkpoint's settings (set {section}.{key}={was[key]}, or "
-                                f"use another output_dir or resume=never to start afresh)")
+    was = _dotted(to_dict(_check_resumable(payload, path).config))
+    for key, now in _dotted(to_dict(cfg)).items():
+        if (key.startswith("model.") or key in _FIXED_FOR_RESUME) and was.get(key, now) != now:
+            raise Mismatch(f"{path}: does not match this run: {key} was {was[key]!r}, now "
+                           f"{now!r}; a resumed run continues with the checkpoint's settings (set "
+                           f"{key}={was[key]}, or use another output_dir or resume=never to "
+                           f"start afresh)")
     wanted, saved = cfg.train.global_batch_size, saved_global_batch(payload)
     if wanted and wanted != saved:
         raise Mismatch(f"{path}: does not match this run: it trained with a global batch of "
@@ -184,7 +192,7 @@ def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> 
     if payload.get("data_key", identity["data_key"]) != identity["data_key"]:
         raise Mismatch(f"{path}: does not match this run: the data files changed since it was "
                         f"written (use another output_dir, or resume=never to start afresh)")
-    _note_applied_changes(old.get("train", {}), cfg, payload["state"])
+    _note_applied_changes(payload["config"].get("train", {}), cfg, payload["state"])
 
 
 def _note_applied_changes(was: dict, cfg: Config, state: dict) -> None:
