@@ -149,5 +149,5 @@ def test_no_process_of_a_run_is_forked_after_torch_is_imported(small_en, tmp_pat
     reltrain("export", str(run / "checkpoints" / "best.pt"), str(tmp_path / "exported"), "--format",
              "onnx")
     reltrain("predict", str(tmp_path / "exported"), small_en["test"], "--workers", "2",
-             "--runtime", "onnx", "--output", str(tmp_path / "o.jsonl"))
+             "--chunk-rows", "10", "--runtime", "onnx", "--output", str(tmp_path / "o.jsonl"))
     assert not forks.exists(), forks.read_text()

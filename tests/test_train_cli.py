@@ -268,6 +268,20 @@ def test_an_empty_value_is_an_empty_string():
     assert cfg.output_dir == "" and cfg.data.cache_dir == ""
 
 
+def test_workers_start_only_for_more_than_one_chunk(trained, small_en, tmp_path, monkeypatch):
+    """A worker loads the model in a fresh process (seconds): one chunk is predicted here."""
+    from reltrain.inference import pool
+    from reltrain.predict import run_predict
+
+    started = []
+    real = pool.ordered_map
+    monkeypatch.setattr(pool, "ordered_map", lambda *a, **k: started.append(1) or real(*a, **k))
+    ckpt, out = str(trained / "checkpoints/best.pt"), str(tmp_path / "p.jsonl")
+    assert run_predict(ckpt, small_en["test"], output=out, workers=2) == 80 and not started
+    assert run_predict(ckpt, small_en["test"], output=out, workers=2, chunk_rows=40) == 80
+    assert started
+
+
 def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained, small_en, tmp_path):
     from reltrain.predict import run_predict
 

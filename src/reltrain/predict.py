@@ -171,7 +171,7 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row). ``source``
     (path, runtime, amp): where worker processes load the predictor from; None: no workers."""
     from functools import partial
-    from itertools import islice
+    from itertools import chain, islice
 
     from reltrain.data.readers import iter_rows
     from reltrain.inference import pool
@@ -190,16 +190,19 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
 
     if workers is None:
         workers = pool.default_workers()
-    how = pool.mode(predictor, workers if source else 0)
+    mine = chunks()
+    first = list(islice(mine, 2))  # one chunk: not worth starting workers that load the model
+    mine = chain(first, mine)
+    how = pool.mode(predictor, workers if source and len(first) > 1 else 0)
     if how == "predict":
         yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
-                                    chunks(), source, workers, _stop_point)
+                                    mine, source, workers, _stop_point)
     elif how == "encode":
         encode = partial(_encode_chunk, skip_bad_rows=skip_bad_rows)
-        for parsed, split in pool.ordered_map(encode, chunks(), source, workers, _stop_point):
+        for parsed, split in pool.ordered_map(encode, mine, source, workers, _stop_point):
             yield _lines(predictor, parsed, top_k, split)
     else:
-        for chunk in chunks():
+        for chunk in mine:
             yield _chunk_lines(predictor, chunk, top_k, skip_bad_rows)
 
 
