@@ -108,13 +108,10 @@ class DistContext:
                 found = ("error", str(exc))
         else:
             found = None
-        tensors: list = []
-        if self.distributed and found is not None and found[0] == "ok":
-            found = ("ok", _take_tensors(found[1], tensors))
-        status, value = self.broadcast_object(found)
+        status, value = self.broadcast_state(found)
         if status == "error":
             raise SharedUserError(value)
-        return self._send_tensors(value, tensors)
+        return value
 
     def broadcast_state(self, tree):
         """Rank 0's ``tree`` (dicts, lists, tuples, tensors and plain values: a checkpoint, a
