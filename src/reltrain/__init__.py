@@ -1,7 +1,5 @@
 """reltrain: relation-extraction training that gives the same result on any number of devices.
-
-Importing the package has no side effects: logging, jieba and the trainer load lazily.
-"""
+Importing the package has no side effects: logging, jieba and the trainer load lazily."""
 
 from __future__ import annotations
 
@@ -11,9 +9,8 @@ __all__ = ["__version__", "load"]
 
 
 def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
-    """Load a checkpoint or an exported folder for prediction:
-    ``reltrain.load("run/checkpoints/best.pt").predict_text(...)``, ``reltrain.load("my-model")``;
-    ``runtime="onnx"``: an exported folder's ``model.onnx`` through onnxruntime."""
+    """A checkpoint or an exported folder, for prediction (``runtime="onnx"``: its ``model.onnx``):
+    ``reltrain.load(path).predict_text(...)``."""
     from reltrain.inference.predictor import Predictor
 
     return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)

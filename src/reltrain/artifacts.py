@@ -1,8 +1,6 @@
-"""What a checkpoint or an exported folder holds, read as input from a stranger: one typed,
-bounded schema (``Artifact``) that names no path (tokenizer files are allow-listed plain names,
-folder members are opened without following links, a config is plain typed values). A file that
-breaks a rule is one ``UserError`` naming it, before anything is allocated from its sizes.
-"""
+"""What a checkpoint or an exported folder holds, read as input from a stranger: one typed, bounded
+schema (``Artifact``) that names no path. A file that breaks a rule is one ``UserError`` naming
+it, raised before anything is allocated from its sizes."""
 
 from __future__ import annotations
 
@@ -156,9 +154,8 @@ def _lm(value: object, where: str) -> dict:
 
 
 def _without_file_names(text: str, where: str) -> str:
-    """tokenizer_config.json less the keys through which transformers would open other files
-    (``tokenizer_file``, ``vocab_file``, ...) or look for code (``auto_map``): the tokenizer
-    reads only the files beside it."""
+    """tokenizer_config.json less the keys through which transformers would open other files or look
+    for code (``auto_map``): the tokenizer reads only the files beside it."""
     try:
         config = json.loads(text)
     except (ValueError, RecursionError):
@@ -233,9 +230,8 @@ def _rows(value: object) -> dict | None:
 
 
 def read_member(folder: Path, name: str, limit: int = TEXT_LIMIT) -> bytes:
-    """The bytes of the regular file ``name`` directly inside ``folder``: a link, a device, a
-    pipe or a file over ``limit`` bytes is refused, so a folder cannot make reltrain read
-    anything outside it."""
+    """The bytes of the regular file ``name`` directly inside ``folder``; a link, a device, a pipe
+    or a file over ``limit`` bytes is refused, so a folder cannot make reltrain read outside it."""
     path = folder / name
     flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
     try:
@@ -346,9 +342,8 @@ def load_artifact(path: str | Path) -> Artifact:
 
 def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
                         where: str) -> torch.nn.Module:
-    """The model the artifact describes, with its weights; its config is first built on the
-    meta device (no memory) and every weight's name and shape compared, so a tampered size is
-    an error, not an allocation."""
+    """The model with its weights; built on the meta device first and every weight's name and shape
+    compared, so a tampered size is an error, not an allocation."""
     from reltrain.models import build_model
 
     cfg = artifact.config

@@ -1,9 +1,7 @@
-"""Work in fresh Python processes, never in a fork of this one (a fork copies torch's, gloo's and
-the DataLoader's threads' locks in whatever state they are in). A child runs in a session of its
-own, so Ctrl-C at the terminal reaches only reltrain's processes, which end their children where
-they choose; its standard input is its lifeline (the parent gone, it reads end-of-file and
-exits). Calls and results are pickled over its pipes only, never into a file a user receives.
-"""
+"""Work in fresh Python processes, never in a fork of this one (a fork copies the locks of torch's,
+gloo's and the DataLoader's threads in whatever state they are in). A child has a session of its
+own, so Ctrl-C reaches only reltrain's processes, which end their children; its stdin is its
+lifeline (the parent gone, it reads end-of-file and exits). Pickle goes over its pipes only."""
 
 from __future__ import annotations
 
@@ -25,9 +23,8 @@ class ChildFailed(RuntimeError):
 
 
 class Child:
-    """One child serving calls of module-level functions in order: ``send`` a call, ``receive``
-    its result (or its exception, raised here). ``setup(*args)``, if given, is its first call.
-    Use it as a context manager: leaving ends the child (at once if a call is unfinished)."""
+    """One child serving calls of module-level functions in order (``send``, then ``receive``);
+    ``setup(*args)`` is its first call; leaving the context ends it."""
 
     def __init__(self, setup: Callable | None = None, *args):
         read, write = os.pipe()

@@ -180,9 +180,8 @@ def _resume_hint(args, exc: Preempted) -> str:
 
 @contextmanager
 def _starting():
-    """Imports (torch's among them) and set-up while a stop signal is only noted, then acted on:
-    raised inside an extension module's import, the exception left numpy half-loaded (an
-    ImportError traceback in a torchrun worker)."""
+    """Imports and set-up while a stop signal is only noted: raised inside an extension module's
+    import, the exception left numpy half-loaded (an ImportError in a torchrun worker)."""
     from reltrain.stops import StopRequest
 
     with StopRequest() as stop:

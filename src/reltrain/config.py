@@ -1,8 +1,5 @@
-"""One typed config: nested dataclasses, a YAML/JSON file, then ``key=value`` overrides.
-
-OmegaConf does the merging and type conversion; ``validate`` checks ranges once, and every
-problem becomes a one-line ``UserError``.
-"""
+"""One typed config: nested dataclasses, a YAML/JSON file, then ``key=value`` overrides, merged by
+OmegaConf; ``validate`` checks ranges once and every problem is a one-line ``UserError``."""
 
 from __future__ import annotations
 
@@ -238,10 +235,8 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
 
 
 def config_from_dict(data: object, where: str = "checkpoint") -> Config:
-    """The Config a checkpoint or an exported folder carries, read as input from a stranger:
-    plain typed values, no interpolation (``${oc.env:X}`` stays a string and fails its check),
-    unknown keys refused, missing ones defaulted, the range checks of ``validate`` applied.
-    """
+    """The Config of a checkpoint or an exported folder, read as input from a stranger: plain typed
+    values, no interpolation, unknown keys refused, missing ones defaulted, ranges checked."""
     if not isinstance(data, dict):
         raise UserError(f"{where}: its config is not a mapping")
     if isinstance(data.get("model"), dict):

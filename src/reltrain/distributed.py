@@ -1,10 +1,5 @@
-"""The only module that talks to torch.distributed or reads the launcher's environment.
-
-``setup()`` returns a ``DistContext`` value that is passed to whatever needs the rank, the world
-size or a collective; there is no module state. One code path for world size 1 and N: every
-collective here is the identity when the job runs in a single process, so the trainer never
-asks "am I distributed?". Collectives are torch's own (nccl on GPUs, gloo on CPUs).
-"""
+"""The only module that talks to torch.distributed or reads the launcher's environment. Every
+collective here is the identity in a single process, so one code path serves world size 1 and N."""
 
 from __future__ import annotations
 
@@ -78,12 +73,8 @@ class DistContext:
         return t.tolist()
 
     def start_vote(self, flag: int):
-        """Begin agreeing on the largest ``flag`` over all ranks (e.g. a signal number seen by any).
-
-        Returns a function that gives the result. The all-reduce runs in the background, so a
-        vote started after one step and read after the next costs no waiting; every rank reads
-        the same result at the same step.
-        """
+        """Agree on the largest ``flag`` over the ranks; returns a function giving it. The
+        all-reduce runs in the background, so a vote read one step later costs no waiting."""
         if not self.distributed:
             return lambda: flag
         t = torch.tensor([flag], dtype=torch.int64, device=self._tensor_device())
@@ -96,11 +87,8 @@ class DistContext:
         return result
 
     def agree(self, produce):
-        """Rank 0 runs ``produce()``; every rank gets its value, or the same ``UserError``.
-
-        For decisions only rank 0 can take (it alone may see the run directory): the others
-        must not wait at a collective for an answer that became an exception.
-        """
+        """Rank 0 runs ``produce()``; every rank gets its value or the same ``UserError``, so no
+        rank waits at a collective for an answer that became an exception."""
         if self.is_main:
             try:
                 found = ("ok", produce())
@@ -114,9 +102,8 @@ class DistContext:
         return value
 
     def broadcast_state(self, tree):
-        """Rank 0's ``tree`` (dicts, lists, tuples, tensors and plain values: a checkpoint, a
-        state dict) on every rank. Only its outline is pickled; the tensors travel by
-        ``dist.broadcast``, so a large model is not copied through pickle on every rank."""
+        """Rank 0's ``tree`` on every rank: its outline pickled, its tensors by
+        ``dist.broadcast``."""
         if not self.distributed:
             return tree
         tensors: list = []
@@ -138,10 +125,8 @@ class DistContext:
 
     @contextmanager
     def main_first(self):
-        """Rank 0 runs the body first (e.g. fills a cache); then the others run it.
-
-        If rank 0 fails, the others raise too instead of waiting at the barrier until the timeout.
-        """
+        """Rank 0 runs the body first (e.g. fills a cache), then the others; a failure on rank 0
+        ends them too instead of leaving them at the barrier until the timeout."""
         if not self.distributed:
             yield
             return
@@ -192,12 +177,8 @@ def slurm_tasks(env) -> int:
 
 
 def slurm_launch_env(env) -> dict[str, str]:
-    """torchrun's variables for a task started by ``srun`` (one task per GPU, no torchrun).
-
-    RANK, WORLD_SIZE and LOCAL_RANK come from SLURM_PROCID, SLURM_NTASKS and SLURM_LOCALID;
-    MASTER_ADDR is the first host of the job's node list and MASTER_PORT is derived from the job
-    id unless set (Lightning's conventions, so the two agree on a shared cluster).
-    """
+    """torchrun's variables for a task started by ``srun``, by Lightning's conventions (the first
+    host of the node list, a port from the job id) so the two agree on a shared cluster."""
     missing = [k for k in ("SLURM_PROCID", "SLURM_LOCALID", "SLURM_JOB_ID") if not env.get(k, "").isdigit()]
     nodelist = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
     if not nodelist:
@@ -262,8 +243,7 @@ def resolve_device(name: str, local_rank: int = 0, per_rank: bool = False) -> to
 
 
 def setup(device: str, dist_cfg) -> DistContext:
-    """Read RANK/LOCAL_RANK/WORLD_SIZE (torchrun's, or Slurm's under srun), pick the device
-    and, under a launcher, join the group."""
+    """Read the launcher's variables, pick the device and, under a launcher, join the group."""
     _check_launcher_env()
     if not launched_by_torchrun() and slurm_tasks(os.environ) > 1:
         os.environ.update(slurm_launch_env(os.environ))  # then init_process_group reads them
@@ -301,16 +281,14 @@ def setup(device: str, dist_cfg) -> DistContext:
 
 
 def _import_before_joining() -> None:
-    """torch.distributed.nn's functions take ``group=group.WORLD`` as a default when first
-    imported; imported by DDP after joining, they held the world group past teardown, and its
-    gloo threads now and then aborted a finished rank at exit (docs/fault-tolerance.md)."""
+    """Imported after joining, torch.distributed.nn held the world group past teardown and its gloo
+    threads now and then aborted a finished rank at exit (docs/fault-tolerance.md)."""
     importlib.import_module("torch.distributed.nn")
 
 
 def _attempt_store(timeout: timedelta):
-    """torchrun's shared store with keys of this restart attempt only (one node): torchrun keeps
-    one store across elastic restarts, where a restarted rank could read the address of the
-    worker it replaced (docs/fault-tolerance.md)."""
+    """torchrun's store with keys of this restart attempt only: a restarted rank could otherwise
+    read the address of the worker it replaced (docs/fault-tolerance.md)."""
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True" or _env_int("GROUP_WORLD_SIZE", 1) != 1:
         return None
     base = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
@@ -360,8 +338,7 @@ def wrap(model: nn.Module, ctx: DistContext, find_unused_parameters: bool = Fals
 
 
 def no_sync(model: nn.Module, skip: bool):
-    """While ``skip``, DDP keeps this backward's gradients local (an accumulation micro-batch);
-    the next backward outside it all-reduces the sum. Anything else: no effect."""
+    """While ``skip``, DDP keeps this backward's gradients local (an accumulation micro-batch)."""
     if skip and isinstance(model, nn.parallel.DistributedDataParallel):
         return model.no_sync()
     return nullcontext()
@@ -379,8 +356,7 @@ def unwrap(model: nn.Module) -> nn.Module:
 
 
 def launcher_run_id() -> str | None:
-    """torchrun's run id or Slurm's job id: the same on every node and across restarts (and
-    requeues) of one job."""
+    """torchrun's run id or Slurm's job id: the same on every node and across a job's restarts."""
     run_id = os.environ.get("TORCHELASTIC_RUN_ID", "")
     if launched_by_torchrun() and run_id and run_id != "none":
         return f"torchrun-{run_id}"

@@ -13,11 +13,8 @@ def first_line(exc: BaseException, limit: int | None = None) -> str:
 
 
 class UserError(Exception):
-    """Bad options, bad data or a bad file: reported without a traceback.
-
-    ``shared``: every rank of a job raises this same error (it was agreed on), so only global
-    rank 0 needs to print it.
-    """
+    """Bad options, bad data or a bad file: reported without a traceback. ``shared``: every rank
+    raises this same error, so only global rank 0 prints it."""
 
     shared = False
 

@@ -18,11 +18,7 @@ log = logging.getLogger("reltrain.evaluate")
 def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
                  batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch",
                  amp: str = "auto") -> dict:
-    """Score ``checkpoint`` on ``data`` and print the metrics as JSON (same keys as summary.json).
-
-        reltrain evaluate runs/x/checkpoints/best.pt test.csv
-        torchrun --nproc_per_node=2 -m reltrain evaluate runs/x/checkpoints/best.pt test.csv
-    """
+    """Score ``checkpoint`` on ``data`` and print the metrics as JSON (the keys of summary.json)."""
     check_output(output, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:

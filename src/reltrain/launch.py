@@ -1,7 +1,5 @@
-"""``devices=N``: this process becomes the torchrun agent of N local workers, in-process, so a
-signal to ``reltrain`` reaches the agent, which passes it on and waits: no orphans, and the exit
-status is the workers' (128 + the signal).
-"""
+"""``devices=N``: this process becomes the torchrun agent of N local workers, so a signal to
+``reltrain`` reaches the agent, which passes it on and waits (no orphans, the workers' status)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""Logging. The command line sets up the console; a run adds its ``train.log`` for its own
-duration only. Importing reltrain sets up nothing, and a library user's own logging set-up
-(handlers, propagation, other libraries' levels) is left as it is."""
+"""Logging: the command line sets up the console and a run adds its ``train.log`` while it runs;
+importing reltrain sets up nothing, so a library user's own logging is left as it is."""
 
 from __future__ import annotations
 

@@ -31,9 +31,8 @@ def write_output(output: str, text: str) -> None:
 
 @contextmanager
 def atomic_file(path: str | Path, mode: str = "w", suffix: str = ".part", fsync: bool = False):
-    """A new file beside ``path`` that is renamed over it only when the block ends without an
-    error; otherwise it is removed and ``path`` is left as it was. A failure to write is a
-    one-line error naming ``path``."""
+    """A new file beside ``path``, renamed over it only when the block ends without an error (else
+    removed); a failure to write is a one-line error naming ``path``."""
     path = Path(path)
     try:
         fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=suffix,

@@ -1,9 +1,7 @@
-"""The floating-point precision a run computes in (``train.amp``, ``--amp``), and why. Weights
-stay fp32; autocast runs the matrix products in bf16 or fp16. ``auto``: a pretrained (``lm``)
-encoder in bf16 on a GPU that has it (else fp16 with a loss scaler) and on a CPU that multiplies
-bf16 in hardware (elsewhere emulated bf16 is far slower: docs/encoders.md); reltrain's own
-encoders in fp32. Training, evaluation and prediction follow the same rule.
-"""
+"""The precision a run computes in (``train.amp``). Weights stay fp32; autocast runs the matrix
+products in bf16 or fp16. ``auto``: a pretrained encoder in bf16 where the hardware has it (a
+GPU: else fp16 with a loss scaler; a CPU: else fp32, emulated bf16 being far slower), reltrain's
+own encoders in fp32. Training, evaluation and prediction follow the same rule."""
 
 from __future__ import annotations
 

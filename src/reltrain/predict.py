@@ -48,21 +48,11 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None,
                 options: PredictOptions | None = None, **settings) -> int:
-    """Label a file (CSV/JSONL, relation column optional) or one sentence; writes JSON lines.
-    Returns the number of lines written.
+    """Label a file (CSV/JSONL) or one sentence as JSON lines; returns how many lines were written.
 
-        reltrain predict runs/x/checkpoints/best.pt new.csv --output predictions.jsonl
-        reltrain predict runs/x/checkpoints/best.pt --text "..." --head A --tail B
-
-    A file is read, tokenized and predicted ``chunk_rows`` rows at a time, and each chunk's
-    lines are written as soon as it is done, in input order: memory stays flat for a corpus of
-    any size. With ``skip_bad_rows`` a bad row gives ``{"line": N, "error": "..."}`` in its
-    place, so the output stays aligned with the input. ``--output`` is written to a temporary
-    file beside it and renamed into place at the end: an error leaves no half-written file.
-    ``workers`` processes predict whole chunks on a CPU (tokenize them on a GPU) while this
-    one reads and writes (default: one per core, at most 8; 0: all in this process). A stop
-    signal ends the run between chunks (exit 128 + the signal; ``--output`` is not written).
-    """
+    Chunks of ``chunk_rows`` rows are read, predicted (by ``workers`` processes on a CPU) and
+    written in input order, so memory stays flat for a corpus of any size. ``--output`` is renamed
+    into place at the end: an error or a stop (between chunks) leaves no half-written file."""
     from reltrain.config import DistConfig
     from reltrain.logs import progress_enabled
 
@@ -167,9 +157,8 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
                       chunk_rows: int, workers: int | None = None,
                       shard: tuple[int, int] = (0, 1),
                       source: tuple[str, str, str] | None = None) -> Iterator[list[str]]:
-    """The output lines of ``path``, a chunk of input rows at a time, in input order; with
-    ``shard=(r, W)`` only chunks r, r + W, ... (every rank still reads every row). ``source``
-    (path, runtime, amp): where worker processes load the predictor from; None: no workers."""
+    """The output lines of ``path`` a chunk at a time, in order (``shard=(r, W)``: chunks r, r+W,
+    ...); ``source`` (path, runtime, amp): where workers load the predictor; None: no workers."""
     from functools import partial
     from itertools import chain, islice
 

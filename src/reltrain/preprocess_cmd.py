@@ -10,10 +10,7 @@ from reltrain.stops import StopRequest
 
 
 def run_preprocess(cfg: Config) -> dict:
-    """Tokenize, index and cache the configured files; prints what was cached and where.
-
-        reltrain preprocess data.train=train.csv data.valid=valid.csv data.language=zh
-    """
+    """Tokenize, index and cache the configured files; prints what was cached and where."""
     use_example_data(cfg.data)
     with StopRequest():  # a stop signal ends the tokenizing child and the command
         prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))

@@ -1,6 +1,5 @@
-"""Class probabilities of a model over a dataset, exactly once per example under any world
-size: each rank scores its batches and the predictions are gathered with their dataset indices.
-Training (validation, test) and inference (``Predictor``) both score through here."""
+"""Class probabilities of a model over a dataset, each example once under any world size; training
+(validation, test) and inference (``Predictor``) both score through here."""
 
 from __future__ import annotations
 
@@ -24,13 +23,8 @@ def eval_loader(dataset: RelationDataset, batch_size: int, ctx: D.DistContext) -
 @torch.no_grad()
 def predict_probs(model: nn.Module, loader: DataLoader, num_examples: int, ctx: D.DistContext,
                   progress: bool = False, desc: str = "eval", precision=None) -> np.ndarray:
-    """(N, C) class probabilities of the whole split, in dataset order, on every rank.
-
-    ``loader``: this rank's share (``eval_loader``), each example in exactly one rank's batches.
-    ``model`` must be the unwrapped model: ranks may hold different numbers of batches, and a
-    DDP forward would wait for a collective the other ranks never join. ``precision``: the
-    run's (reltrain/precision.py); None: fp32.
-    """
+    """(N, C) class probabilities in dataset order, on every rank. ``model`` unwrapped: ranks may
+    hold different numbers of batches, and a DDP forward would wait for ranks that never join."""
     from tqdm.auto import tqdm
 
     was_training = model.training

@@ -1,10 +1,6 @@
-"""Stop signals become a flag; the run checks it at named points and stops there.
-
-The handler only notes the signal: it never raises, so no exception appears inside an import,
-a lock or a finalizer. The points that check (``check``, ``Trainer``'s step vote, the waits in
-``children``, the predict loop) stop cleanly: a checkpoint in training, one line, exit 128 + the
-signal. A second signal of the same kind acts as Python's own (Ctrl-C twice interrupts at once).
-"""
+"""Stop signals become a flag; the run checks it at named points (``check``, the step vote, the
+waits in ``children``, the predict loop) and stops there. The handler never raises, so no
+exception appears inside an import, a lock or a finalizer; a second signal acts as Python's own."""
 
 from __future__ import annotations
 

@@ -40,13 +40,8 @@ log = logging.getLogger("reltrain.train")
 
 
 def run_train(cfg: Config) -> dict:
-    """Train one model and return the summary (also written to ``summary.json``).
-
-    One device:   reltrain train data.train=train.csv data.valid=valid.csv data.test=test.csv
-    Many (DDP):   torchrun --standalone --nproc_per_node=4 -m reltrain train data.train=...
-    Resumes from the latest good checkpoint in output_dir (resume=auto), so rerunning the same
-    command (with the run's output_dir) after a crash or preemption continues the run.
-    """
+    """Train one model and return the summary (also ``summary.json``). Rerunning the same command
+    with the run's output_dir continues it from its latest good checkpoint (resume=auto)."""
     ctx = D.setup(cfg.device, cfg.dist)
     stop = StopRequest().install()
     lock = None

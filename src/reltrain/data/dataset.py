@@ -1,8 +1,5 @@
-"""Dataset, batches and samplers. A batch is built with a few vectorised numpy operations from
-the flat arrays of a ``Split``: no per-sample Python work in the training loop.
-
-Shapes: B batch, L longest sentence in the batch.
-"""
+"""Dataset, batches and samplers: a batch is a few vectorised numpy operations on the flat arrays
+of a ``Split``, no per-sample Python work in the training loop (B batch, L longest sentence)."""
 
 from __future__ import annotations
 
@@ -133,12 +130,10 @@ class Step:
 
 
 class TrainBatchSampler(Sampler[StepIndices]):
-    """This rank's training steps for one epoch: one permutation per epoch (``seed + epoch``) cut
-    into global batches of ``world_size * batch_size * accum_steps``; each rank takes its
-    interleaved share and cuts it into micro-batches, so any W, B, A with the same product train
-    on the same global batches and a step count means the same position for any W. A rank left
-    without an example in a short last step gets a stand-in weighted 0, so it still joins the
-    gradient all-reduce. ``bucket``: sorted by length inside large chunks (less padding)."""
+    """This rank's steps of an epoch: one permutation (``seed + epoch``) cut into global batches of
+    ``world_size * batch_size * accum_steps``, each rank taking an interleaved share, so any W, B, A
+    with the same product train alike and a step count is one position for any W. A rank short of
+    examples in the last step gets a stand-in weighted 0, so it still joins the all-reduce."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, seed: int, rank: int = 0,
                  world_size: int = 1, bucket: bool = False, accum_steps: int = 1):
@@ -183,10 +178,8 @@ class TrainBatchSampler(Sampler[StepIndices]):
 
 
 class EvalBatchSampler(Sampler[list[int]]):
-    """Evaluation batches: sorted by length, cut once, dealt round-robin to the ranks, so every
-    example is in one batch of the same composition whatever the world size (the gathered
-    predictions equal one process's bit for bit). A batch holds at most ``batch_size`` examples
-    and ``batch_size`` x the median length in tokens, padding included."""
+    """Length-sorted batches cut once and dealt round-robin, so gathered predictions match one
+    process's bit for bit; a batch: <= batch_size examples and <= batch_size x median tokens."""
 
     def __init__(self, lengths: np.ndarray, batch_size: int, rank: int = 0, world_size: int = 1):
         order = np.argsort(lengths, kind="stable")

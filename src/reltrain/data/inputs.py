@@ -1,7 +1,5 @@
-"""How text becomes token ids: our own words and vocabulary, or a pretrained model's subwords.
-
-Training, prediction and export all ask this one object, so no caller branches on the encoder.
-"""
+"""How text becomes token ids (our own words and vocabulary, or a pretrained model's subwords):
+training, prediction and export all ask this one object, so no caller branches on the encoder."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""jieba's HMM for unknown runs of Chinese characters: the same words as ``jieba.finalseg.cut``,
-to the bit (its tables, its order of sums, its tie-breaks), with the four states as local
-variables instead of a general Viterbi: most of reltrain's segmenting time was there
-(docs/benchmarks.md; ``tests/test_segment.py`` compares every run of deepke-zh).
-"""
+"""jieba's HMM for unknown runs of Chinese characters, the same words as ``jieba.finalseg.cut`` to
+the bit, with the four states as local variables instead of a general Viterbi (which was most of
+reltrain's segmenting time; ``tests/test_segment.py`` compares every run of deepke-zh)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Subword input for pretrained encoders: entity markers inserted at the entities' character
-offsets as special tokens (exact spans), a window around them, and characters the tokenizer can
-only read as [UNK] added as tokens of their own (ids: the model's vocabulary, the markers, the
-added characters).
-"""
+"""Subword input for pretrained encoders: entity markers as special tokens at the entities'
+character offsets, a window around them, and [UNK]-only characters added as tokens of their own."""
 
 from __future__ import annotations
 
@@ -24,11 +21,8 @@ def _markers(role: str, type_: str | None) -> tuple[str, str]:
 
 
 def _add_special_tokens(hf, tokens: list[str]) -> None:
-    """Add ``tokens`` as special tokens, keeping the tokenizer's own extra ones.
-
-    transformers 5 renamed "additional_special_tokens" to "extra_special_tokens" (the key and the
-    keyword that says whether to replace the old list); 4.x knows only the old names.
-    """
+    """Add ``tokens`` as special tokens, keeping the tokenizer's own extra ones (transformers 5
+    calls them "extra_special_tokens", 4.x "additional_special_tokens")."""
     import inspect
 
     params = inspect.signature(hf.add_special_tokens).parameters
@@ -80,9 +74,8 @@ class LMTokenizer:
             return cls.from_folder(tmp, types, added)
 
     def add_unknown_chars(self, texts: Iterable[str], min_count: int) -> dict:
-        """Give each character that makes the tokenizer emit [UNK], that is [UNK] alone too, and
-        occurs that way at least ``min_count`` times in ``texts``, a token of its own; returns
-        the [UNK] share of the subwords before and after."""
+        """Give each character that the tokenizer reads as [UNK] alone, seen so ``min_count`` times
+        in ``texts``, a token of its own; returns the [UNK] share of subwords before and after."""
         texts = list(texts)
         unk = self.hf.unk_token_id
         if unk is None or min_count <= 0 or self.added or not texts:

@@ -1,8 +1,5 @@
-"""Records -> token ids and entity spans, cached on disk as numpy arrays + JSON (no pickle).
-
-The cache directory is named by a hash of the input files' bytes and of every option that
-changes the result, so an edited file or option rebuilds and an unchanged one is reused.
-"""
+"""Records -> token ids and entity spans, cached on disk as numpy arrays + JSON (no pickle),
+in a folder named by a hash of the input bytes and of every option that changes the result."""
 
 from __future__ import annotations
 
@@ -76,11 +73,7 @@ class Prepared:
 def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[str, int],
                    max_len: int, progress: bool = False,
                    desc: str = "tokenize") -> tuple[Split, list[list], int]:
-    """Tokenize and index records; returns the split, the token lists and how many were cut.
-
-    ``tokenize`` maps (record, max_len) to ``Tokenized``; ``to_ids`` maps its tokens to ids
-    (a vocabulary's ``encode``, or None to leave the ids for later, once a vocabulary exists).
-    """
+    """Tokenize and index records; ``to_ids`` None: ids later, once a vocabulary exists."""
     from tqdm.auto import tqdm
 
     all_tokens, heads, tails, truncated = [], [], [], 0
@@ -150,13 +143,8 @@ def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) 
 
 def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
             lm_add_chars: int = 0) -> Prepared:
-    """Load the cached tensors for these files and options, building them if needed.
-
-    With ``lm_folder`` the text is cut into that pretrained model's subwords, with entity
-    markers, instead of words; there is then no vocabulary of our own. ``lm_add_chars`` > 0
-    gives the training text's [UNK] characters seen that often tokens of their own.
-    A damaged cache entry is replaced; an unwritable cache location means no cache (logged).
-    """
+    """The cached tensors for these files and options, built if needed (a damaged entry is replaced;
+    an unwritable cache location: no cache). ``lm_folder``: its subwords, no vocabulary."""
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
@@ -187,10 +175,8 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
 
 
 def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
-    """``_build_and_save`` in a child process that then ends (reltrain/children.py), which hands
-    its result over through the cache entry: the training process never holds jieba's
-    dictionary, the records or the garbage of segmentation (about 120 MB of a CNN run on
-    deepke-zh). A stop signal ends the child and the run."""
+    """``_build_and_save`` in a child that ends, handing its result over through the cache entry:
+    the training process never holds jieba's dictionary or the garbage of segmentation."""
     def stop():
         stops.check("while preprocessing; nothing to save")
 
@@ -333,11 +319,8 @@ def is_cjk(ch: str) -> bool:
 
 
 def _save(prepared: Prepared, path: Path) -> Path | None:
-    """Write into a temporary sibling folder, then rename it into place in one step.
-
-    Returns where the entry is, or None when the cache location cannot be written: the run
-    goes on without a cache, and the log says why.
-    """
+    """Write into a temporary sibling folder, then rename it into place in one step; None when the
+    cache location cannot be written (the run goes on without a cache)."""
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -50,9 +50,8 @@ def read_text(path: str | Path) -> str:
 
 
 def read_lines(path: str | Path) -> Iterator[str]:
-    """The file's lines as UTF-8 text, line endings kept, read as they are needed (a file of
-    any size takes little memory). A BOM is allowed; other encodings and an empty file are
-    user errors, found where they occur."""
+    """The file's lines as UTF-8 text, read as needed; a BOM is allowed, other encodings and an
+    empty file are user errors where they occur."""
     if str(path) == STDIN:
         f = open(sys.stdin.fileno(), "rb", closefd=False)
     else:
@@ -77,11 +76,8 @@ def read_lines(path: str | Path) -> Iterator[str]:
 
 def read_records(path: str | Path, labels: list[str] | None = None, *,
                  require_relation: bool = True, skip_bad_rows: bool = False) -> ReadResult:
-    """Read a .csv or .jsonl file into records, validating every row.
-
-    ``labels``: when given, a relation outside it is an error. With ``skip_bad_rows`` a bad row
-    is left out and its reason kept in ``ReadResult.skipped`` instead.
-    """
+    """Read a .csv or .jsonl file into validated records; a relation outside ``labels`` is an error;
+    ``skip_bad_rows`` keeps a bad row's reason in ``ReadResult.skipped`` instead."""
     path = str(path)
     result = ReadResult(records=[])
     for _, item in iter_records(path, labels, require_relation=require_relation):
@@ -100,10 +96,8 @@ def read_records(path: str | Path, labels: list[str] | None = None, *,
 def iter_records(path: str | Path, labels: list[str] | None = None, *,
                  require_relation: bool = True,
                  entity_lists: bool = False) -> Iterator[tuple[int, Record | EntitySentence | DataError]]:
-    """(line, record) for each row of a .csv or .jsonl file, or (line, the row's error), read
-    lazily. Errors of the file as a whole (format, header, encoding) are raised.
-    ``entity_lists``: JSONL rows may give ``"entities": [{"name", "pos"}, ...]`` instead of
-    ``h`` and ``t`` (an ``EntitySentence``: every pair is asked about)."""
+    """(line, record) or (line, the row's error) for each row, read lazily; errors of the whole file
+    are raised. ``entity_lists``: JSONL rows may give ``"entities"`` instead of ``h`` and ``t``."""
     path = str(path)
     known = set(labels) if labels is not None else None
     for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists):
@@ -121,9 +115,8 @@ def iter_records(path: str | Path, labels: list[str] | None = None, *,
 
 def iter_rows(path: str | Path, *, require_relation: bool = True,
               entity_lists: bool = False) -> Iterator[tuple[int, Callable[[], Record | EntitySentence]]]:
-    """(line, build) for each row: the file is split into rows here, and ``build()`` parses one
-    row into its record or raises its DataError. A build can be pickled, so another process
-    can do the parsing (prediction workers)."""
+    """(line, build) for each row; ``build()`` parses the row or raises its DataError, and it
+    pickles, so prediction workers can do the parsing."""
     path = str(path)
     if path == STDIN:  # no name to go by: JSON lines if the first row is an object, else CSV
         lines = read_lines(path)
@@ -253,8 +246,7 @@ def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
 
 def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,
                 lines: Iterator[str] | None = None) -> Iterator:
-    # Lines end at "\n" only: str.splitlines() also breaks at U+2028 and friends, which JSON
-    # strings may hold unescaped.
+    # Lines end at "\n" only: str.splitlines() also breaks at U+2028, which JSON strings may hold.
     for number, raw in enumerate(lines if lines is not None else read_lines(path), start=1):
         if raw.strip():
             yield number, partial(_jsonl_record, path, number, raw, require_relation, entity_lists)

@@ -17,11 +17,8 @@ class Entity:
 
 @dataclass(frozen=True)
 class Record:
-    """One labelled (or, for prediction, unlabelled) sentence with a head and a tail entity.
-
-    ``tokens`` is set only for pre-tokenised input (OpenNRE's ``token`` format); the text is
-    then the tokens joined by single spaces and the offsets point into that text.
-    """
+    """One labelled (or, for prediction, unlabelled) sentence with a head and a tail entity;
+    ``tokens`` only for pre-tokenised input (the text is then the tokens joined by spaces)."""
 
     text: str
     head: Entity

@@ -1,9 +1,6 @@
-"""jieba's words (accurate mode, HMM on), faster: the dictionary path from ``rjieba`` (jieba-rs),
-the unknown runs through jieba's own HMM (``jieba_hmm``), as ``jieba.Tokenizer.__cut_DAG`` does;
-rjieba's own HMM differs from jieba's, and the models were trained on jieba's words. Where the
-path cannot be read back (a letters-and-digits dictionary word), without rjieba, or with
-jieba's dictionary changed, jieba itself segments.
-"""
+"""jieba's words (accurate mode, HMM on), faster: the dictionary path from ``rjieba``, unknown runs
+through jieba's own HMM (``jieba_hmm``), as the models were trained on jieba's words. Where the
+path cannot be read back, without rjieba, or with jieba's dictionary changed, jieba segments."""
 
 from __future__ import annotations
 
@@ -32,9 +29,8 @@ def _jieba():
 
 
 class _WholeFileMarshal:
-    """``marshal`` for jieba's dictionary cache, read in one call. ``marshal.load`` on a file
-    reads it a few bytes at a time: 1.1 s for jieba's 9 MB cache against 0.26 s from bytes, at
-    the start of every ``reltrain predict``."""
+    """``marshal`` for jieba's dictionary cache, read in one call: ``marshal.load`` on a file reads
+    a few bytes at a time (1.1 s against 0.26 s at the start of every ``reltrain predict``)."""
 
     dump = staticmethod(marshal.dump)
 
@@ -56,9 +52,8 @@ def _rjieba():
 
 
 def _fast():
-    """rjieba while jieba has its own dictionary, unchanged; a custom dictionary, an added word
-    or a new count (``add_word`` and ``suggest_freq`` change the total), a deleted word (forced
-    apart in the HMM), none of which rjieba would know, send every sentence to jieba."""
+    """rjieba while jieba's dictionary is its own and unchanged; a custom dictionary, an added or
+    deleted word or a new count, none of which rjieba would know, sends every sentence to jieba."""
     jieba, loaded = _jieba(), _rjieba()
     dt = jieba.dt
     if (loaded is None or dt.dictionary != jieba.DEFAULT_DICT

@@ -1,9 +1,5 @@
-"""Tokenizers with character offsets, entity token spans, and the window around the entities.
-
-The text is first cut at the entity boundaries and each piece is tokenized on its own, so a
-token never straddles an entity edge and token spans follow exactly from character offsets
-(also when the entity text occurs elsewhere in the sentence, or entities overlap).
-"""
+"""Tokenizers with character offsets, entity token spans and the window around the entities. Each
+piece between entity boundaries is tokenized alone, so a token never straddles an entity edge."""
 
 from __future__ import annotations
 
@@ -27,8 +23,7 @@ class Tokenized:
     truncated: bool = False
 
 
-# Each gives the pieces of ``text`` with offsets counted from ``at`` (where ``text`` starts in
-# its sentence).
+# Each gives the pieces of ``text``, offsets counted from ``at``, where it starts in its sentence.
 
 def _word_pieces(text: str, at: int = 0) -> list[Piece]:
     return [(m.group(), at + m.start(), at + m.end()) for m in _WORD.finditer(text)]
@@ -117,10 +112,8 @@ def _token_span(pieces: list[Piece], start: int, end: int) -> tuple[int, int]:
 
 def truncate(tokens: list[str], head: tuple[int, int], tail: tuple[int, int],
              max_len: int) -> Tokenized:
-    """Keep at most ``max_len`` tokens, centred on the entities and never cutting one.
-
-    If the two entities alone span more than ``max_len`` tokens, the span is kept whole.
-    """
+    """Keep at most ``max_len`` tokens, centred on the entities and never cutting one (two entities
+    that alone span more are kept whole)."""
     if len(tokens) <= max_len:
         return Tokenized(tokens, head, tail)
     lo, hi = min(head[0], tail[0]), max(head[1], tail[1])

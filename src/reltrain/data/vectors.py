@@ -14,11 +14,8 @@ log = logging.getLogger(__name__)
 
 
 def load_word_vectors(path: str | Path, vocab: Vocab, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(V, dim) vectors for the vocabulary and a (V,) mask of the rows found in the file.
-
-    A token is looked up as written, then lower-cased. ``.bin`` files are binary word2vec;
-    anything else is text, one ``word v1 ... vD`` per line, with or without a ``N D`` header.
-    """
+    """(V, dim) vectors for the vocabulary and a (V,) mask of the rows found (as written, then
+    lower-cased); ``.bin`` is binary word2vec, anything else text, with or without a header."""
     path = Path(path)
     wanted = {tok: i for i, tok in enumerate(vocab.tokens) if i > 1}  # not <pad>, <unk>
     lower: dict[str, list[int]] = {}

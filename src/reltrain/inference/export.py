@@ -1,15 +1,6 @@
-"""``reltrain export``: a trained model as a folder people can share, in the Hugging Face habit.
-
-    model.safetensors   the weights (no pickle anywhere in the folder)
-    config.json         model and preprocessing options, id2label / label2id, reltrain version
-    vocab.json          the word vocabulary (reltrain's own encoders), or
-    tokenizer files     the pretrained tokenizer with the entity markers and added characters (lm)
-    README.md           a model card: YAML header, test metrics, training data, how to use it
-
-``reltrain.artifacts`` reads the folder back (as input from a stranger) into what a checkpoint
-holds, so everything that loads a checkpoint (``reltrain.load``, ``predict``, ``evaluate``,
-``serve``, ``export`` itself) takes the folder too.
-"""
+"""``reltrain export``: a trained model as a shareable folder in the Hugging Face habit
+(model.safetensors, config.json, vocab.json or tokenizer files, a README.md model card; no
+pickle). ``reltrain.artifacts`` reads it back, so whatever loads a checkpoint takes it too."""
 
 from __future__ import annotations
 
@@ -42,9 +33,8 @@ def model_source(path: str | Path) -> Path:
 
 
 def export_model(source: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
-    """Write the exported folder for ``source`` (a checkpoint, a run directory or an exported
-    folder) into ``out_dir``; ``fmt="onnx"`` adds ``model.onnx``, checked against PyTorch
-    before it is kept. What ``reltrain.load`` would refuse is refused here too."""
+    """Write the exported folder of ``source`` (checkpoint, run directory or exported folder) into
+    ``out_dir``; ``fmt="onnx"`` adds ``model.onnx``, kept only if it agrees with PyTorch."""
     from reltrain import __version__
     from reltrain.inference.predictor import Predictor
 

@@ -1,12 +1,6 @@
-"""ONNX: ``reltrain export --format onnx`` writes ``model.onnx``; ``--runtime onnx`` runs it with
-onnxruntime (the ``[onnx]`` extra).
-
-The graph takes the tensors the PyTorch model takes (token ids, entity positions, mask, spans;
-batch and length dynamic) and returns the logits, so everything after the model (softmax, the
-gathering of predictions) is the same code for both runtimes. The BiLSTM packs its padded
-sequences, which torch.export cannot trace; it goes through PyTorch's TorchScript exporter
-(ONNX's LSTM takes the lengths natively), every other encoder through the current one.
-"""
+"""ONNX export and the onnxruntime runtime (the ``[onnx]`` extra). The graph takes the tensors the
+PyTorch model takes and returns the logits, so all that follows is shared by both runtimes. The
+BiLSTM packs its sequences, which torch.export cannot trace: it uses the TorchScript exporter."""
 
 from __future__ import annotations
 

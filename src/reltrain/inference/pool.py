@@ -1,8 +1,6 @@
-"""Prediction in worker processes, results in input order. On a CPU each worker predicts whole
-chunks (tokenize, model on one thread, output lines) while the main process reads and writes,
-so everything scales with the cores; on a GPU the workers tokenize. A worker is a fresh process
-(children.py) that loads the model from its file; ``lm`` models predict in the main process.
-"""
+"""Prediction in fresh worker processes that load the model from its file, results in input order.
+On a CPU each worker predicts whole chunks while the main process reads and writes; on a GPU
+the workers tokenize; ``lm`` models predict in the main process."""
 
 from __future__ import annotations
 
@@ -45,11 +43,9 @@ def _call(fn: Callable, item):
 
 def ordered_map(fn: Callable, items: Iterable, source: tuple[str, str, str], workers: int,
                 stop: Callable[[], None] | None = None) -> Iterator:
-    """``fn(predictor, item)`` for each item, in ``workers`` processes that each load the
-    predictor from ``source`` (path, runtime, amp), yielded in input order. Item i goes to worker
-    i % workers, so each worker's results come back in input order too; at most two items per
-    worker are in flight, so memory stays bounded whatever the input's size. ``fn`` must be a
-    module-level function (or a partial of one); ``stop`` is called while waiting and may raise."""
+    """``fn(predictor, item)`` for each item in ``workers`` processes, yielded in input order: item
+    i goes to worker i % workers, and at most two items per worker are in flight, so memory stays
+    bounded. ``fn`` must be module-level (or a partial of one); ``stop`` is called while waiting."""
     with ExitStack() as stack:
         pool = [stack.enter_context(Child(_load, *source)) for _ in range(workers)]
         for child in pool:

@@ -1,6 +1,5 @@
-"""``Predictor``: a trained model with its vocabulary, labels and tokenizer, from a checkpoint or
-an exported folder; what ``reltrain.load``, ``predict``, ``evaluate``, ``serve`` and ``export``
-run. It needs nothing of training."""
+"""``Predictor``: a trained model with what it needs to read text, from a checkpoint or an
+exported folder; it needs nothing of training."""
 
 from __future__ import annotations
 
@@ -26,12 +25,7 @@ from reltrain.scoring import eval_loader, predict_probs
 log = logging.getLogger(__name__)
 
 class Predictor:
-    """A trained model with its vocabulary, labels and tokenizer, from a ``.pt`` checkpoint or a
-    folder written by ``reltrain export``.
-
-    >>> p = reltrain.load("runs/x/checkpoints/best.pt")
-    >>> p.predict_text("Alice Moreau was born in Dunmore .", head="Alice Moreau", tail="Dunmore")
-    """
+    """A trained model with its vocabulary, labels and tokenizer (``reltrain.load(path)``)."""
 
     def __init__(self, model: torch.nn.Module, config: Config, labels: list[str],
                  encoder: TextEncoder, ctx: D.DistContext, precision: Precision | None = None):
@@ -45,10 +39,8 @@ class Predictor:
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
                         ctx: D.DistContext | None = None, runtime: str = "torch",
                         amp: str = "auto") -> "Predictor":
-        """``path``: a checkpoint or an exported folder. ``ctx``: the distributed context when
-        every rank predicts a share (evaluate). ``runtime="onnx"``: run the folder's
-        ``model.onnx`` with onnxruntime. ``amp``: auto, off, bf16 or fp16, as train.amp
-        (reltrain/precision.py)."""
+        """``path``: a checkpoint or an exported folder; ``ctx``: when every rank predicts a share;
+        ``runtime="onnx"``: the folder's ``model.onnx``; ``amp`` as train.amp."""
         if runtime not in RUNTIMES:
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
         ctx = ctx or _context(device)
@@ -108,21 +100,14 @@ class Predictor:
         return [self._result(rec, p, top_k) for rec, p in zip(records, probs)]
 
     def predict_pairs(self, text: str, entities: list[dict], top_k: int = 3) -> list[dict]:
-        """A prediction for every ordered pair of distinct entities of a sentence, ``(e0, e1),
-        (e0, e2), ..., (e1, e0), ...``; ``entities``: ``[{"name": ..., "pos": [start, end]}]``.
-
-        >>> p.predict_pairs("Alice Moreau was born in Dunmore .",
-        ...                 [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [25, 32]}])
-        """
+        """A prediction for every ordered pair of distinct ``entities`` (``[{"name", "pos"}]``)."""
         from reltrain.data.readers import entity_sentence
 
         sentence = entity_sentence({"text": text, "entities": entities})
         return self.predict_any([sentence], top_k)[0]["pairs"]
 
     def predict_any(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
-        """One result per item, in order: a ``Record`` gives its prediction, an
-        ``EntitySentence`` a ``{"text", "entities", "pairs": [...]}`` object; all pairs of all
-        items are predicted in the same batches."""
+        """One result per ``Record`` or ``EntitySentence``, in order; all pairs batched together."""
         groups = expand(items)
         flat = [rec for _, records in groups for rec in records]
         probs = self.probabilities(flat, batch_size) if flat else []

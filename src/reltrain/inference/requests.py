@@ -1,9 +1,5 @@
-"""The body of ``POST /predict``: parsed, bounded and checked before the model sees it.
-
-Every problem is a ``BadRequest`` with a 4xx status and the field it concerns. Limits are
-applied before the work they bound: a body's size before it is parsed, a sentence's entity
-pairs before they are built, a text's length before it is tokenized.
-"""
+"""The body of ``POST /predict``, parsed, bounded and checked before the model sees it: every
+problem is a ``BadRequest`` (4xx, with its field), and a limit applies before the work it bounds."""
 
 from __future__ import annotations
 

@@ -1,19 +1,5 @@
-"""``reltrain serve``: a trained model behind an HTTP JSON API (FastAPI on uvicorn, the
-``[serve]`` extra).
-
-    POST /predict   one example or a list: {"text", "head", "tail"[, "head_offset", "tail_offset"]},
-                    the JSONL shape ({"text", "h": {"pos"}, "t": {"pos"}}), or
-                    {"text", "entities": [...]} for every pair; answers what `reltrain predict` writes
-    GET  /health    {"status": "ok", ...} and counters
-    GET  /ready     200 while it takes requests, 503 once it drains for a stop
-    GET  /model     labels, encoder, language, runtime, the metrics of the model card
-    GET  /metrics   Prometheus text: requests by status, latency, batch sizes, queue depth
-    GET  /docs      the OpenAPI page, served from the package (no CDN)
-
-Requests that arrive together are predicted together (``batcher.py``). Every bad request gets a
-4xx JSON error ``{"error": ..., "field": ...}``; a full queue a 503 with ``Retry-After``; each
-answer carries the request's ``X-Request-ID``. docs/serving.md lists the limits and their flags.
-"""
+"""``reltrain serve``: a trained model behind an HTTP JSON API (FastAPI on uvicorn, the ``[serve]``
+extra). docs/serving.md lists the endpoints, the request shapes, the limits and their flags."""
 
 # No "from __future__ import annotations": FastAPI reads the handlers' annotations at runtime,
 # and Request is imported inside create_app (FastAPI is an optional extra).
@@ -204,9 +190,8 @@ _INLINE_BODY = 2048  # bytes, about 20 examples: too little work to matter to th
 
 
 class _Observed:
-    """ASGI middleware: the request id taken or made and echoed, the Prometheus counts, and
-    the access log line; a plain ASGI wrapper, without the task and streams that Starlette's
-    http middleware adds to every request."""
+    """ASGI middleware for the request id, the Prometheus counts and the access log: a plain
+    wrapper, without the task and streams that Starlette's http middleware adds to every request."""
 
     def __init__(self, app, metrics: Metrics, access_log: bool):
         self.app, self.metrics, self.access_log = app, metrics, access_log
@@ -335,10 +320,8 @@ def _check_port(host: str, port: int) -> None:
 
 
 def _drain_on_stop() -> None:
-    """Called once uvicorn has set its signal handlers (during startup, in every worker
-    process): the first SIGINT/SIGTERM also turns /ready false; the same signal again stops at
-    once (uvicorn does so for SIGINT only). Ctrl-C with ``--workers N`` brings a worker SIGINT
-    from the terminal and SIGTERM from its parent: two kinds, one drain."""
+    """Once uvicorn has set its handlers: the first SIGINT/SIGTERM also turns /ready false, the same
+    signal again stops at once (a ``--workers N`` Ctrl-C brings SIGINT and SIGTERM: one drain)."""
     received: set[int] = set()
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous = signal.getsignal(sig)

@@ -1,8 +1,5 @@
-"""CNN and PCNN relation classifiers (Zeng et al. 2014 / 2015).
-
-Letters: B batch, L tokens, D embedding size, F filters per width, K number of widths,
-H = F*K (x3 for PCNN) sentence vector, C relations.
-"""
+"""CNN and PCNN relation classifiers (Zeng et al. 2014 / 2015). B batch, L tokens, D embedding
+size, F filters per width, K widths, H = F*K (x3 for PCNN) sentence vector, C relations."""
 
 from __future__ import annotations
 
@@ -16,10 +13,8 @@ from reltrain.models.layers import ACTIVATIONS, Embeddings, masked_max
 
 
 class CNNClassifier(nn.Module):
-    """Convolutions of several odd widths over the embedded sentence, max pooled, classified.
-
-    ``piecewise`` pools the three pieces cut at the entity ends separately (PCNN).
-    """
+    """Convolutions of several odd widths, max pooled (per piece between the entities with
+    ``piecewise``, PCNN), classified."""
 
     def __init__(self, vocab_size: int, num_labels: int, pos_limit: int, word_dim: int = 100,
                  pos_dim: int = 10, kernel_sizes=(3, 5, 7), num_filters: int = 128,
@@ -42,8 +37,7 @@ class CNNClassifier(nn.Module):
             return self._cpu_inference_forward(word, pos_head, pos_tail, masks)
         # contiguous once: each convolution would copy the transposed view again.
         x = self.embed(word, pos_head, pos_tail).transpose(1, 2).contiguous()  # (B, D, L)
-        # Each convolution is pooled as soon as it is computed: no (B, F*K, L) concatenation.
-        # Features stay in the order piece, kernel.
+        # Each convolution is pooled at once (no (B, F*K, L) concatenation); features: piece, width.
         pooled = [[] for _ in masks]
         for conv in self.convs:
             h = self.act(conv(x))  # (B, F, L)
@@ -59,9 +53,8 @@ class CNNClassifier(nn.Module):
                 and isinstance(self.act, nn.ReLU) and not torch.onnx.is_in_onnx_export())
 
     def _cpu_inference_forward(self, word, pos_head, pos_tail, masks):
-        """The same function without autograd on a CPU, faster (docs/benchmarks.md; within 1e-6):
-        2-D convolutions on a channels-last view, and the max before the ReLU, which is exact
-        (ReLU keeps order; an empty piece gives relu(-inf) = 0, as ``masked_max`` does)."""
+        """Without autograd on a CPU, faster (docs/benchmarks.md): 2-D convolutions on a
+        channels-last view, and the max before the ReLU, which is exact as ReLU keeps order."""
         x = self.embed(word, pos_head, pos_tail)[:, None].permute(0, 3, 1, 2)  # (B, D, 1, L)
         away = [torch.zeros(keep.shape, dtype=x.dtype).masked_fill_(~keep, float("-inf"))[:, None, :, None]
                 for keep in masks]  # (B, 1, L, 1)

@@ -1,8 +1,5 @@
 """Dropout whose mask is a function of (train.seed, step, example, feature), not of where the
-example runs: with the process's RNG, one example's mask differed between a batch of 64 on one
-process and 32 on each of two, and training drifted apart when devices were added.
-Letters: B batch, H features.
-"""
+example runs, so training does not drift apart when devices are added (B batch, H features)."""
 
 from __future__ import annotations
 
@@ -28,10 +25,8 @@ def example_noise_seeds(seed: int, step: int, index: torch.Tensor) -> torch.Tens
 
 
 class ExampleDropout(nn.Module):
-    """Inverted dropout keyed by per-example seeds; plain dropout when no seeds are given.
-
-    ``stream`` separates the masks of several dropout layers in one model.
-    """
+    """Inverted dropout keyed by per-example seeds (plain dropout without them); ``stream``
+    separates several layers' masks."""
 
     def __init__(self, p: float, stream: int = 0):
         super().__init__()

@@ -1,7 +1,5 @@
-"""Pieces shared by the encoders: embeddings with position features, masked pooling.
-
-Letters: B batch, L tokens, D embedding size, H hidden size.
-"""
+"""Pieces shared by the encoders: embeddings with position features, masked pooling (B batch,
+L tokens, D embedding size, H hidden size)."""
 
 from __future__ import annotations
 

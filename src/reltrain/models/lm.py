@@ -1,8 +1,5 @@
-"""Pretrained-encoder relation classifier: the states at the head and tail start markers,
-concatenated (the R-BERT / OpenNRE "entity" recipe), or the first ([CLS]) state.
-
-Letters: B batch, L subword tokens, H encoder width, C relations.
-"""
+"""Pretrained-encoder relation classifier: the states at the head and tail start markers (the
+R-BERT / OpenNRE "entity" recipe) or the [CLS] state; B batch, L subwords, H width, C relations."""
 
 from __future__ import annotations
 
@@ -53,9 +50,8 @@ class LMClassifier(nn.Module):
 @register_model("lm")
 def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: dict | None = None,
              added_tokens: int = 0, **_) -> LMClassifier:
-    """From ``cfg.lm.pretrained`` (a local folder) when training; from ``hf_config`` (saved in a
-    checkpoint, weights loaded afterwards) when loading, so no model folder is needed then.
-    The last ``added_tokens`` ids of the vocabulary get their own embedding table."""
+    """From ``cfg.lm.pretrained`` when training; from ``hf_config`` when loading a checkpoint, so no
+    model folder is needed then. The last ``added_tokens`` ids get their own table."""
     from transformers import AutoConfig, AutoModel
 
     if hf_config is None:

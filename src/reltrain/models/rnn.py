@@ -1,7 +1,5 @@
-"""BiLSTM relation classifier with attention pooling (Zhou et al. 2016, Att-BLSTM).
-
-Letters: B batch, L tokens, D embedding size, H = 2 x hidden (both directions), C relations.
-"""
+"""BiLSTM relation classifier with attention pooling (Zhou et al. 2016, Att-BLSTM); B batch,
+L tokens, D embedding size, H = 2 x hidden (both directions), C relations."""
 
 from __future__ import annotations
 
@@ -15,11 +13,8 @@ from reltrain.models.layers import Embeddings, masked_max
 
 
 class BiLSTMClassifier(nn.Module):
-    """Packed BiLSTM over word + position embeddings; padding never reaches the LSTM.
-
-    ``pooling``: attention (a learned query over tanh of the states), max, or last (the final
-    forward and backward states of the top layer).
-    """
+    """Packed BiLSTM over word + position embeddings (padding never reaches the LSTM), pooled by
+    attention, max or the last states."""
 
     def __init__(self, vocab_size: int, num_labels: int, pos_limit: int, word_dim: int = 100,
                  pos_dim: int = 10, hidden: int = 150, layers: int = 2, pooling: str = "attention",

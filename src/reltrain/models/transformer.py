@@ -1,7 +1,5 @@
-"""Transformer-encoder relation classifier over word + position features.
-
-Letters: B batch, L tokens, D embedding size, H model width, C relations.
-"""
+"""Transformer-encoder relation classifier over word + position features (B batch, L tokens,
+D embedding size, H model width, C relations)."""
 
 from __future__ import annotations
 
@@ -16,12 +14,8 @@ MAX_POSITIONS = 1024
 
 
 class TransformerClassifier(nn.Module):
-    """Embeddings projected to width H, plus token positions, through pre-norm encoder layers
-    with a key-padding mask, max-pooled over real tokens and classified.
-
-    ``dropout`` acts inside the encoder layers (torch's RNG); ``head_dropout`` before the
-    classifier (per-example masks, see models/dropout.py).
-    """
+    """Projected embeddings plus positions through pre-norm encoder layers, max-pooled over real
+    tokens and classified; ``head_dropout`` uses per-example masks (models/dropout.py)."""
 
     def __init__(self, vocab_size: int, num_labels: int, pos_limit: int, word_dim: int = 100,
                  pos_dim: int = 10, width: int = 128, layers: int = 3, heads: int = 4,

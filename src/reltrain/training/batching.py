@@ -24,12 +24,8 @@ class BatchPlan:
 
 def plan_batches(train_cfg, world_size: int, saved_global: int | None = None,
                  saved_from: str = "") -> BatchPlan:
-    """Split the global batch over ``world_size`` processes.
-
-    The global batch is ``train.global_batch_size`` when set, else the one a resumed checkpoint
-    trained with (``saved_global``; ``train.accum_steps`` then adjusts to the processes at hand),
-    else world size x batch size x ``train.accum_steps``.
-    """
+    """Split the global batch over ``world_size`` processes: ``train.global_batch_size``, else a
+    resumed checkpoint's (accum_steps then adjusts), else W x B x accum_steps."""
     batch = train_cfg.batch_size
     wanted = train_cfg.global_batch_size or saved_global
     if not wanted:

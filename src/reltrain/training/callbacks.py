@@ -55,13 +55,8 @@ class MetricsLog(Callback):
 
 
 class CurvePlots(Callback):
-    """``plots/loss.png`` and ``plots/f1.png`` from the history so far, drawn by a child process
-    beside training (reltrain/children.py: matplotlib never enters the training process).
-
-    Redrawn after the first epoch, then at most every ``every_s`` seconds (a drawing takes a
-    core for a moment), and always when the run ends. A picture that
-    cannot be written (full disk) is a warning: training goes on.
-    """
+    """``plots/loss.png`` and ``plots/f1.png``, drawn by a child (matplotlib never enters training):
+    after the first epoch, at most every ``every_s`` s, at the end; a failed write only warns."""
 
     def __init__(self, directory: Path, every_s: float = 20.0):
         self.directory, self.history, self.every_s = directory, [], every_s

@@ -1,8 +1,5 @@
-"""Self-contained checkpoints: written atomically by one process, loaded safely by any.
-
-Everything inside is a tensor or plain Python data, so ``torch.load(weights_only=True)`` reads
-it and a checkpoint from a stranger cannot run code.
-"""
+"""Self-contained checkpoints of tensors and plain data only, written atomically by one process:
+``torch.load(weights_only=True)`` reads them, so a checkpoint from a stranger cannot run code."""
 
 from __future__ import annotations
 
@@ -21,10 +18,7 @@ from reltrain.output import atomic_file
 
 
 def save_checkpoint(path: str | Path, payload: dict, sidecar: dict | None = None) -> None:
-    """Write ``payload`` to a temporary file beside ``path``, fsync it, then rename into place.
-
-    A crash mid-write leaves the previous file untouched. ``sidecar`` goes to ``path.json``.
-    """
+    """Write a temporary file beside ``path``, fsync, rename: a crash leaves the old file whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     payload = {"format": FORMAT, "version": VERSION, **payload}
@@ -66,10 +60,8 @@ def restore_rng(state: dict) -> None:
 
 
 class Checkpointer:
-    """Saves and restores the training state part for part: the objects of ``_parts``, the
-    trainer's counters and every rank's RNG and partial totals. Every rank calls ``save``, rank
-    0 writes ``last.pt``, ``best.pt`` and the newest ``keep`` ``ckpt-<step>.pt`` (hard links),
-    each with a ``.json`` for humans; ``static`` is what never changes during a run."""
+    """Saves and restores the training state part for part (``_parts``, counters, every rank's RNG
+    and partial totals); rank 0 writes ``last.pt``, ``best.pt`` and ``ckpt-<step>.pt`` links."""
 
     def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
                  ctx, scaler=None, keep: int = 2):
@@ -154,10 +146,8 @@ def numbered_checkpoints(directory: Path) -> list[Path]:
 
 
 def resume_candidates(directory: Path) -> list[Path]:
-    """Checkpoints to try for ``resume=auto``, newest first, each file once.
-
-    ``last.pt`` leads: it is written before its numbered link, so it is never older than one.
-    """
+    """Checkpoints for ``resume=auto``, newest first; ``last.pt`` (written before its link)
+    leads."""
     out: list[Path] = []
     for path in [Path(directory) / "last.pt", *numbered_checkpoints(directory)]:
         if path.is_file() and not any(os.path.samefile(path, p) for p in out):

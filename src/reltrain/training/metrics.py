@@ -8,9 +8,8 @@ import numpy as np
 
 
 def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict:
-    """Macro and micro precision/recall/F1, accuracy and a per-class report, as scikit-learn
-    counts them (macro over the relations in gold or predictions, ``zero_division=0``;
-    tests/test_metrics.py compares) without importing it, which cost a sixth of a CNN run's memory."""
+    """Macro/micro precision, recall, F1, accuracy and per-class report counted as scikit-learn does
+    (tests/test_metrics.py), without importing it: that cost a sixth of a CNN run's memory."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     present = np.union1d(y_true, y_pred)
     hit = y_pred[y_true == y_pred]

@@ -85,12 +85,8 @@ def build_schedule(optimizer, train_cfg, steps_per_epoch: int, model: nn.Module)
 
 
 class GlobalBatchLoss(nn.Module):
-    """Cross-entropy as a share of the mean over a whole global batch.
-
-    ``forward`` sums the (class-weighted) losses of one micro-batch and divides by the global
-    batch's ``normaliser`` (its size, or its total class weight), so the micro-batches of all
-    ranks add up to the mean over the global batch, whatever way it was split.
-    """
+    """Cross-entropy as a share of the global batch's mean: a micro-batch's (class-weighted) sum
+    over the global ``normaliser``, so all ranks' micro-batches add up to the global mean."""
 
     def __init__(self, weight: torch.Tensor | None = None):
         super().__init__()

@@ -66,11 +66,8 @@ def plot_curves(history: list[dict], directory: Path) -> None:
 
 
 def plot_confusion(matrix: np.ndarray, labels: list[str], path: Path, title: str) -> None:
-    """Rows gold, columns predicted; relations absent on both sides are left out.
-
-    Names that the installed fonts cannot draw (Chinese without a CJK font) become indices,
-    with the key written beside the picture (``<name>.txt``) and said in the log.
-    """
+    """Rows gold, columns predicted; relations absent on both sides left out. Names the fonts cannot
+    draw become indices, with the key beside the picture (``<name>.txt``)."""
     plt = _pyplot()
     path.parent.mkdir(parents=True, exist_ok=True)
     used = np.flatnonzero(matrix.sum(0) + matrix.sum(1))

@@ -1,8 +1,5 @@
-"""Finding, checking and applying the checkpoint a run continues from.
-
-Global rank 0 reads the file and broadcasts it, so the other ranks need not see the run
-directory (node-local output directories work).
-"""
+"""Finding, checking and applying the checkpoint a run continues from. Rank 0 reads the file and
+broadcasts it, so the other ranks need not see the run directory."""
 
 from __future__ import annotations
 
@@ -166,12 +163,9 @@ def _progress_text(state: dict) -> str:
 
 
 def check_compatible(payload: dict, path: Path, cfg: Config, identity: dict) -> None:
-    """A checkpoint of another model, vocabulary, label set or recipe is a clear error.
-
-    Options that do not change the result (devices, logging, checkpoint cadence, evaluation
-    batch) may change freely; ``train.epochs`` and ``train.early_stopping`` are applied from
-    here on, with a note; any other change is refused, so ``config.yaml`` says what ran.
-    """
+    """A checkpoint of another model, vocabulary, label set or recipe is a clear error. Options that
+    do not change the result may change; ``train.epochs`` and ``train.early_stopping`` apply from
+    here on, with a note; any other change is refused, so ``config.yaml`` says what ran."""
     was = _dotted(to_dict(_check_resumable(payload, path).config))
     for key, now in _dotted(to_dict(cfg)).items():
         if (key.startswith("model.") or key in _FIXED_FOR_RESUME) and was.get(key, now) != now:

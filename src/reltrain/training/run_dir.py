@@ -18,11 +18,8 @@ LOCK_NAME = ".lock"
 
 
 def new_run_dir(cfg) -> Path:
-    """``output_dir``, or a fresh ``runs/<time>-<model>`` (torchrun, srun: named by the job).
-
-    A fresh name is claimed by creating the folder, so two runs started in the same second
-    get two folders (``...-cnn``, ``...-cnn-2``).
-    """
+    """``output_dir``, or a fresh ``runs/<time>-<model>`` (under a launcher, named by the job),
+    claimed by creating it, so two runs started in the same second get two folders."""
     if cfg.output_dir:
         return Path(cfg.output_dir)
     run_id = D.launcher_run_id()  # stable across restarts and requeues: they find the checkpoints
@@ -42,11 +39,8 @@ def new_run_dir(cfg) -> Path:
 
 
 class RunDirLock:
-    """An exclusive lock on a run directory, held by the process that writes it (global rank 0).
-
-    ``flock`` locks belong to the open file: the kernel drops them when the process exits in
-    any way, so a crashed run leaves no stale lock behind, only the file with its last owner.
-    """
+    """An exclusive ``flock`` on a run directory, held by global rank 0: the kernel drops it when
+    the process exits in any way, so a crashed run leaves no stale lock."""
 
     def __init__(self, run_dir: Path):
         self.path = Path(run_dir) / LOCK_NAME
@@ -101,11 +95,8 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
 
 
 def read_history(run_dir: Path) -> list[dict]:
-    """The records of ``metrics.jsonl``, one per finished epoch.
-
-    A line cut short (the process was killed while appending it) is skipped: that epoch was
-    not checkpointed either, so a resumed run trains it again and writes the line anew.
-    """
+    """The records of ``metrics.jsonl``; a line cut short by a kill is skipped (that epoch was not
+    checkpointed either, so a resumed run writes it anew)."""
     path = run_dir / "metrics.jsonl"
     records = []
     for line in (path.read_text(encoding="utf-8").splitlines() if path.is_file() else []):

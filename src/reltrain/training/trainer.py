@@ -136,13 +136,8 @@ class Trainer:
             raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
 
     def _run_step(self, step, step_number: int) -> torch.Tensor:
-        """One optimizer step on the whole global batch, from this rank's micro-batches.
-
-        Each micro-batch's loss is its share of the mean over the global batch (class weights
-        included), so the gradients summed over micro-batches and ranks are those of one step
-        on the whole global batch; DDP synchronises them on the last micro-batch only.
-        Returns this rank's part of (global mean loss x global batch size), for the log.
-        """
+        """One optimizer step on the global batch: each micro-batch's loss is its share of the
+        global mean, so the summed gradients are one step's. Returns this rank's loss x batch."""
         normaliser = self.loss_fn.normaliser(step.global_labels)
         # DDP averages the ranks' gradients; the loss is a sum over ranks, so scale it back up.
         scale = float(self.ctx.world_size)
