@@ -25,12 +25,20 @@ pytestmark = pytest.mark.slow
 BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.num_filters=32"]
 
 
+# A shell starts a foreground job with the stop signals at their defaults, even where the suite
+# inherited them ignored (a script's background job ignores SIGINT, nohup SIGHUP), and reltrain
+# leaves an ignored signal ignored: so the runs of these tests start with the defaults too.
+_FOREGROUND = ("import os, signal, sys\n"
+               "for s in (signal.SIGINT, signal.SIGHUP): signal.signal(s, signal.SIG_DFL)\n"
+               "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
+
 def start(args: list[str], tag: str, cwd: Path, log_path: Path) -> subprocess.Popen:
     """``python -m reltrain ARGS`` in a session of its own (as a shell runs a foreground job),
     its processes marked with ``tag`` in their environment so that orphans can be found."""
     env = {**os.environ, **WORKER_ENV, "RELTRAIN_TEST_TAG": tag}
-    return subprocess.Popen([sys.executable, "-m", "reltrain", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True,
+    return subprocess.Popen([sys.executable, "-c", _FOREGROUND, "-m", "reltrain", *args], cwd=cwd,
+                            env=env, stdout=subprocess.PIPE, stderr=open(log_path, "w"), text=True,
                             start_new_session=True)
 
 
