@@ -35,16 +35,16 @@ def test_cache_reused_and_rebuilt_on_change(tmp_path):
 def test_cache_files_load_without_pickle(tmp_path):
     path = write_csv(tmp_path / "train.csv", ZH_ROWS)
     prepared = prepare(cfg_for(tmp_path, path))
-    files = sorted(p.name for p in prepared.cache_path.iterdir())
-    assert files == ["labels.json", "meta.json", "train.npz", "vocab.json"]
-    with np.load(prepared.cache_path / "train.npz", allow_pickle=False) as z:
-        assert z["labels"].dtype == np.int64
+    files = sorted(str(p.relative_to(prepared.cache_path)) for p in prepared.cache_path.rglob("*"))
+    assert files == ["labels.json", "meta.json", "train", *(f"train/{k}.npy" for k in
+                     ("head", "labels", "offsets", "tail", "token_ids")), "vocab.json"]
+    assert np.load(prepared.cache_path / "train/labels.npy", allow_pickle=False).dtype == np.int64
 
 
 def test_damaged_cache_is_rebuilt(tmp_path):
     path = write_csv(tmp_path / "train.csv", ZH_ROWS)
     prepared = prepare(cfg_for(tmp_path, path))
-    (prepared.cache_path / "train.npz").write_bytes(b"garbage")
+    (prepared.cache_path / "train/token_ids.npy").write_bytes(b"garbage")
     again = prepare(cfg_for(tmp_path, path))
     assert not again.reused and len(again.splits["train"]) == len(ZH_ROWS)
 
@@ -59,8 +59,8 @@ def test_vocab_min_freq_and_specials(tmp_path):
 def test_truncated_cache_entry_is_replaced_once_then_reused(tmp_path, caplog):
     path = write_csv(tmp_path / "train.csv", ZH_ROWS)
     prepared = prepare(cfg_for(tmp_path, path))
-    npz = prepared.cache_path / "train.npz"
-    npz.write_bytes(npz.read_bytes()[:100])  # a zip cut short: BadZipFile, not ValueError
+    npy = prepared.cache_path / "train/token_ids.npy"
+    npy.write_bytes(npy.read_bytes()[:200])  # cut short: the map would reach past its end
     rebuilt = prepare(cfg_for(tmp_path, path))
     assert not rebuilt.reused and "is damaged" in caplog.text
     caplog.clear()

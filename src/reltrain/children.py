@@ -11,7 +11,9 @@ import pickle
 import select
 import subprocess
 import sys
-from collections.abc import Callable
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import ExitStack
 
 log = logging.getLogger(__name__)
 
@@ -106,6 +108,34 @@ def call(fn: Callable, *args, stop: Callable[[], None] | None = None):
     with Child() as child:
         child.send(fn, *args)
         return child.receive(stop)
+
+
+def default_workers() -> int:
+    """One worker per core, shared among the processes torchrun started on this host; at most 8."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
+    return max(1, min((os.cpu_count() or 1) // max(local, 1), 8))
+
+
+def ordered_map(fn: Callable, items: Iterable, workers: int, setup: Callable | None = None,
+                setup_args: tuple = (), stop: Callable[[], None] | None = None) -> Iterator:
+    """``fn(item)`` for each item in ``workers`` children that first run ``setup(*setup_args)``,
+    yielded in input order: item i goes to child i % workers, at most two per child in flight."""
+    with ExitStack() as stack:
+        pool = [stack.enter_context(Child()) for _ in range(workers)]
+        if setup is not None:
+            for child in pool:
+                child.send(setup, *setup_args)
+            for child in pool:
+                child.receive(stop)  # set up in parallel, or its error raised here
+        pending: deque = deque()
+        for index, item in enumerate(items):
+            child = pool[index % workers]
+            child.send(fn, item)
+            pending.append(child)
+            if len(pending) > 2 * workers:
+                yield pending.popleft().receive(stop)
+        while pending:
+            yield pending.popleft().receive(stop)
 
 
 class _Records(logging.Handler):

@@ -42,11 +42,13 @@ class DataConfig:
     lowercase: bool = _opt(True, "lower-case English tokens")
     max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities")
     min_freq: int = _opt(2, "a training token needs this many occurrences to enter the vocabulary")
+    max_vocab: int = _opt(0, "the most frequent training tokens kept (after min_freq); 0: all")
     pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
     skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
     cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
     bucket: bool = _opt(True, "group training batches by similar length (less padding, ~2x faster)")
     num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)")
+    preprocess_workers: int = _opt(0, "processes that tokenize for the cache; 0: one per core (<= 8)")
 
 
 @dataclass
@@ -349,6 +351,8 @@ def validate_values(cfg: Config) -> None:
            f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")
     _check(d.max_len >= 8, "data.max_len must be at least 8")
     _check(d.min_freq >= 1, "data.min_freq must be at least 1")
+    _check(d.max_vocab >= 0, "data.max_vocab must be 0 (no cap) or more")
+    _check(d.preprocess_workers >= 0, "data.preprocess_workers must be 0 (one per core) or more")
     _check(d.pos_limit >= 1, "data.pos_limit must be at least 1")
     _check(d.num_workers >= 0, "data.num_workers must be >= 0")
     _check(d.max_len <= 1_000_000 and d.pos_limit <= 100_000,

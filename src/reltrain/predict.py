@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from collections.abc import Iterator
 
 from reltrain import distributed as D
-from reltrain import stops
+from reltrain import children, stops
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
 from reltrain.data.readers import STDIN
 from reltrain.data.schema import Record
@@ -29,7 +29,7 @@ class PredictOptions:
     skip_bad_rows: bool = False
     progress: str = "auto"
     chunk_rows: int = 4096
-    workers: int | None = None  # None: one per core, at most 8 (inference/pool.py)
+    workers: int | None = None  # None: one per core, at most 8 (children.default_workers)
     runtime: str = "torch"
     amp: str = "auto"
 
@@ -178,7 +178,7 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
             index += 1
 
     if workers is None:
-        workers = pool.default_workers()
+        workers = children.default_workers()
     mine = chunks()
     first = list(islice(mine, 2))  # one chunk: not worth starting workers that load the model
     mine = chain(first, mine)

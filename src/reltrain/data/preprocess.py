@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from reltrain import children, stops
-from reltrain.data.readers import labels_from_records, read_labels, read_records
+from reltrain.data.build import Spec
+from reltrain.data.readers import read_labels, read_records
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
@@ -23,8 +24,10 @@ from reltrain.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 2  # 2: entries of pretrained encoders keep their added characters
+CACHE_FORMAT = 3  # 2: pretrained encoders' added characters; 3: one folder of .npy per split
 SPLITS = ("train", "valid", "test")
+SPLIT_ARRAYS = {"token_ids": np.int32, "offsets": np.int64, "head": np.int32, "tail": np.int32,
+                "labels": np.int64}
 
 
 @dataclass
@@ -36,6 +39,7 @@ class Split:
     head: np.ndarray  # (N, 2) int32 token span, end exclusive
     tail: np.ndarray  # (N, 2) int32
     labels: np.ndarray  # (N,) int64; -1 where the input had no relation
+    folder: Path | None = None  # the cache folder its arrays are mapped from
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -44,14 +48,25 @@ class Split:
     def lengths(self) -> np.ndarray:
         return np.diff(self.offsets)
 
-    def save(self, path: Path) -> None:
-        np.savez(path, token_ids=self.token_ids, offsets=self.offsets, head=self.head,
-                 tail=self.tail, labels=self.labels)
-
     @classmethod
-    def load(cls, path: Path) -> "Split":
-        with np.load(path, allow_pickle=False) as z:
-            return cls(**{k: z[k] for k in ("token_ids", "offsets", "head", "tail", "labels")})
+    def load(cls, folder: Path, mapped: bool = True) -> "Split":
+        """The split's arrays, mapped from the files (read in place, shared by every process that
+        maps them) or read into memory; shapes and types that do not fit are a ValueError."""
+        arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r" if mapped else None,
+                             allow_pickle=False) for k in SPLIT_ARRAYS}
+        n = len(arrays["labels"])
+        fits = (arrays["offsets"].shape == (n + 1,) and arrays["head"].shape == (n, 2)
+                and arrays["tail"].shape == (n, 2) and arrays["token_ids"].ndim == 1
+                and n > 0 and int(arrays["offsets"][-1]) == len(arrays["token_ids"])
+                and all(arrays[k].dtype == t for k, t in SPLIT_ARRAYS.items()))
+        if not fits:
+            raise ValueError(f"{folder}: the arrays do not fit together")
+        return cls(**arrays, folder=folder if mapped else None)
+
+    def __reduce__(self):  # to a DataLoader worker: mapped arrays go by their folder, not a copy
+        if self.folder is not None:
+            return Split.load, (self.folder,)
+        return Split, (self.token_ids, self.offsets, self.head, self.tail, self.labels)
 
 
 @dataclass
@@ -100,7 +115,8 @@ def cache_key(data_cfg, tokenizer_id: str) -> str:
     """A hash of the data files' bytes and of every option that changes the prepared tensors."""
     digest = hashlib.sha256()
     options = {"format": CACHE_FORMAT, "tokenizer": tokenizer_id, "max_len": data_cfg.max_len,
-               "min_freq": data_cfg.min_freq, "skip_bad_rows": data_cfg.skip_bad_rows}
+               "min_freq": data_cfg.min_freq, "max_vocab": data_cfg.max_vocab,
+               "skip_bad_rows": data_cfg.skip_bad_rows}
     digest.update(json.dumps(options, sort_keys=True).encode())
     for name in (*SPLITS, "labels"):
         path = getattr(data_cfg, name)
@@ -162,16 +178,57 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
 
 
 def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_markers: str,
-                    lm_add_chars: int) -> Prepared:
+                    lm_add_chars: int) -> bool:
+    """Write the entry into a temporary sibling folder, then rename it into place in one step;
+    False when the location cannot be written (logged)."""
     lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars) if lm_folder else None
-    tokenize = lm or Tokenizer.from_config(data_cfg)
-    prepared = _build(data_cfg, tokenize, progress, with_vocab=lm is None)
-    prepared.meta["tokenizer"] = "lm" if lm else tokenize.kind
-    if lm is not None:
-        prepared.meta["lm"] = {"types": lm.types, "added": lm.added}
-    prepared.cache_path = _save(prepared, path)
-    prepared.lm = lm
-    return prepared
+    spec = Spec(data_cfg, lm_folder, lm.types, lm.added) if lm else Spec(data_cfg)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
+    except OSError as exc:
+        _no_cache(path, exc)
+        return False
+    try:
+        _write_entry(data_cfg, tmp, spec, progress)
+        if lm is not None:
+            meta = json.loads((tmp / "meta.json").read_text())
+            meta["lm"] = {"types": lm.types, "added": lm.added}
+            (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        _no_cache(path, exc)
+        return False
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    try:
+        os.replace(tmp, path)
+    except OSError:  # another process finished the same entry first: theirs is as good
+        shutil.rmtree(tmp, ignore_errors=True)
+    return True
+
+
+def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool) -> None:
+    from reltrain.data import build
+
+    files = {name: getattr(data_cfg, name) for name in SPLITS if getattr(data_cfg, name)}
+    kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
+    given = read_labels(data_cfg.labels) if data_cfg.labels else None
+    labels, vocab, meta = build.write_splits(
+        files, folder, spec, given, data_cfg.preprocess_workers or children.default_workers(),
+        progress, check_texts=lambda texts: _check_script(data_cfg, texts, kind),
+        check_relations=lambda relations: _check_relations(data_cfg, relations))
+    if vocab is not None:
+        (folder / "vocab.json").write_text(json.dumps(vocab.tokens, ensure_ascii=False))
+    (folder / "labels.json").write_text(json.dumps(labels, ensure_ascii=False))
+    meta.update(format=CACHE_FORMAT, tokenizer=kind)
+    (folder / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
+
+
+def _no_cache(path: Path, exc: OSError) -> None:
+    log.warning("cannot write the preprocessing cache under %s (%s): continuing without a cache "
+                "(set data.cache_dir to a writable folder)", path.parent, exc.strerror or exc)
 
 
 def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
@@ -180,7 +237,7 @@ def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
     def stop():
         stops.check("while preprocessing; nothing to save")
 
-    if _writable(path.parent) and children.call(_wrote_cache, data_cfg, path, *options, stop=stop):
+    if _writable(path.parent) and children.call(_build_and_save, data_cfg, path, *options, stop=stop):
         prepared = _load_cached(path)
         if prepared is not None:
             prepared.reused = False
@@ -190,11 +247,12 @@ def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
                     "(set data.cache_dir to a writable folder)", path.parent)
     with tempfile.TemporaryDirectory(prefix="reltrain-data-") as scratch:  # for the hand-over
         entry = Path(scratch) / path.name
-        if children.call(_wrote_cache, data_cfg, entry, *options, stop=stop):
-            prepared = _load(entry)
+        if children.call(_build_and_save, data_cfg, entry, *options, stop=stop):
+            prepared = _load(entry, mapped=False)  # the folder goes when this block ends
             prepared.cache_path, prepared.reused = None, False
             return prepared
-    return _build_and_save(data_cfg, path, *options)  # nowhere to hand over through
+    raise UserError(f"cannot write the tokenized data under {path.parent} nor in a temporary "
+                    f"folder ({tempfile.gettempdir()}): free some space or set data.cache_dir")
 
 
 def _writable(folder: Path) -> bool:
@@ -203,10 +261,6 @@ def _writable(folder: Path) -> bool:
     except OSError:
         return False
     return os.access(folder, os.W_OK)
-
-
-def _wrote_cache(*args) -> bool:
-    return _build_and_save(*args).cache_path is not None
 
 
 def _load_cached(path: Path) -> Prepared | None:
@@ -259,47 +313,21 @@ def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):
     return lm
 
 
-def _build(data_cfg, tokenize, progress: bool, with_vocab: bool) -> Prepared:
-    given = read_labels(data_cfg.labels) if data_cfg.labels else None
-    skip = data_cfg.skip_bad_rows
-    train = read_records(data_cfg.train, given, skip_bad_rows=skip)
-    _check_training_data(data_cfg, train.records, tokenize)
-    labels = given if given is not None else labels_from_records(train.records)
-    index = {name: i for i, name in enumerate(labels)}
-    results = {"train": train}
-    for name in ("valid", "test"):
-        if getattr(data_cfg, name):
-            results[name] = read_records(getattr(data_cfg, name), labels, skip_bad_rows=skip)
-    splits, token_lists, meta = {}, {}, {"skipped": {}, "truncated": {}, "rows": {}}
-    for name, result in results.items():
-        split, tokens, cut = encode_records(result.records, tokenize, None if with_vocab else list,
-                                            index, data_cfg.max_len, progress, desc=f"tokenize {name}")
-        splits[name], token_lists[name] = split, tokens
-        meta["skipped"][name] = result.skipped
-        meta["truncated"][name] = cut
-        meta["rows"][name] = len(result.records)
-    vocab = None
-    if with_vocab:
-        vocab = Vocab.build(token_lists["train"], data_cfg.min_freq)
-        for name, split in splits.items():
-            split.token_ids = np.asarray([i for toks in token_lists[name] for i in vocab.encode(toks)],
-                                         dtype=np.int32)
-    return Prepared(vocab=vocab, labels=labels, splits=splits, meta=meta)
-
-
-def _check_training_data(data_cfg, records: list[Record], tokenize) -> None:
-    """Mistakes that would train a useless model without a word: one relation, Chinese as words."""
-    relations = {r.relation for r in records}
+def _check_relations(data_cfg, relations: set) -> None:
+    """One relation would train a useless model without a word."""
     if len(relations) < 2:
         only = f"the relation '{next(iter(relations))}'" if relations else "no rows"
         raise DataError(data_cfg.train, None, None,
                         f"the training data has {only}: a classifier needs at least two "
                         f"relations (add rows of others, e.g. a 'None' relation for pairs "
                         f"that have none)")
-    if getattr(tokenize, "kind", None) != "word":
+
+
+def _check_script(data_cfg, texts: list[str], kind: str) -> None:
+    """Chinese cut as English words (at spaces) would train a useless model without a word."""
+    if kind != "word":
         return
-    sample = "".join(r.text for r in records[:2000])
-    letters = [c for c in sample if not c.isspace()]
+    letters = [c for c in "".join(texts) if not c.isspace()]
     cjk = sum(1 for c in letters if is_cjk(c)) / max(len(letters), 1)
     if cjk > 0.3 and data_cfg.tokenizer == "auto":
         raise DataError(data_cfg.train, None, None,
@@ -318,37 +346,13 @@ def is_cjk(ch: str) -> bool:
             or 0x20000 <= code <= 0x2FA1F)
 
 
-def _save(prepared: Prepared, path: Path) -> Path | None:
-    """Write into a temporary sibling folder, then rename it into place in one step; None when the
-    cache location cannot be written (the run goes on without a cache)."""
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
-        if prepared.vocab is not None:
-            (tmp / "vocab.json").write_text(json.dumps(prepared.vocab.tokens, ensure_ascii=False))
-        (tmp / "labels.json").write_text(json.dumps(prepared.labels, ensure_ascii=False))
-        for name, split in prepared.splits.items():
-            split.save(tmp / f"{name}.npz")
-        (tmp / "meta.json").write_text(json.dumps(prepared.meta, ensure_ascii=False, indent=1))
-    except OSError as exc:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        log.warning("cannot write the preprocessing cache under %s (%s): continuing without a "
-                    "cache (set data.cache_dir to a writable folder)", path.parent,
-                    exc.strerror or exc)
-        return None
-    try:
-        os.replace(tmp, path)
-    except OSError:  # another process finished the same entry first: theirs is as good
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
-
-
-def _load(path: Path) -> Prepared:
+def _load(path: Path, mapped: bool = True) -> Prepared:
     meta = json.loads((path / "meta.json").read_text())
-    splits = {name: Split.load(path / f"{name}.npz") for name in SPLITS
-              if (path / f"{name}.npz").is_file()}
+    if meta.get("format") != CACHE_FORMAT:
+        raise ValueError(f"cache format {meta.get('format')}, not {CACHE_FORMAT}")
+    splits = {name: Split.load(path / name, mapped) for name in SPLITS if (path / name).is_dir()}
+    if "train" not in splits:
+        raise ValueError("no training split")
     vocab_file = path / "vocab.json"
     vocab = Vocab(json.loads(vocab_file.read_text())) if vocab_file.is_file() else None
     return Prepared(vocab=vocab,

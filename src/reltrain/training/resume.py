@@ -72,7 +72,7 @@ _FIXED_FOR_RESUME = {
                                  "amp", "lr_factor", "lr_patience", "grad_clip", "select_metric",
                                  "class_weights", "seed")),
     *(f"data.{key}" for key in ("language", "tokenizer", "lowercase", "max_len", "min_freq",
-                                "pos_limit", "bucket", "skip_bad_rows")),
+                                "max_vocab", "pos_limit", "bucket", "skip_bad_rows")),
 }
 
 
