@@ -6,7 +6,7 @@ distinct token here); a second pass over the arrays on disk turns them into ids.
 from __future__ import annotations
 
 import hashlib
-import logging
+from contextlib import closing
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
@@ -17,8 +17,6 @@ from reltrain import children
 from reltrain.data.readers import _preview, iter_rows
 from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.errors import DataError
-
-log = logging.getLogger(__name__)
 
 CHUNK_ROWS = 4096  # rows a worker takes at a time: its first chunk also holds the sample checked
 _TOKENIZE = None  # this process's tokenizer (set by _setup)
@@ -206,18 +204,19 @@ def _write_split(path: str, folder: Path, spec: Spec, labels, workers: int, prog
     relations: dict = {}
     meta = {"skipped": [], "truncated": 0, "rows": 0}
     jobs = _jobs(path, labels, spec.data_cfg, spec.words)
-    for number, chunk in enumerate(_encoded(spec, jobs, workers, progress, desc)):
-        if number == 0 and check_texts is not None:
-            check_texts(chunk["text"])
-        if counts is not None:
-            counts.add(chunk["hashes"], chunk["counts"], chunk["texts"])
-        for key in ("tokens", "lengths", "spans"):
-            out[key].add(chunk[key])
-        out["relations"].add([-1 if r is None else relations.setdefault(r, len(relations))
-                              for r in chunk["relations"]])
-        meta["rows"] += len(chunk["lengths"])
-        meta["truncated"] += chunk["truncated"]
-        meta["skipped"] += chunk["skipped"]
+    with closing(_encoded(spec, jobs, workers, progress, desc)) as chunks:
+        for number, chunk in enumerate(chunks):
+            if number == 0 and check_texts is not None:
+                check_texts(chunk["text"])
+            if counts is not None:
+                counts.add(chunk["hashes"], chunk["counts"], chunk["texts"])
+            for key in ("tokens", "lengths", "spans"):
+                out[key].add(chunk[key])
+            out["relations"].add([-1 if r is None else relations.setdefault(r, len(relations))
+                                  for r in chunk["relations"]])
+            meta["rows"] += len(chunk["lengths"])
+            meta["truncated"] += chunk["truncated"]
+            meta["skipped"] += chunk["skipped"]
     if not meta["rows"]:
         skipped = meta["skipped"]
         raise DataError(path, None, None, "no usable rows" +
@@ -271,7 +270,11 @@ def _encoded(spec: Spec, jobs, workers: int, progress: bool, desc: str):
         results = map(_encode_chunk, jobs)
     else:
         results = children.ordered_map(_encode_chunk, jobs, workers, _setup, (spec,))
-    with tqdm(desc=desc, disable=not progress, unit="sent", leave=False) as bar:
-        for result in results:
-            bar.update(len(result["lengths"]) + len(result["skipped"]))
-            yield result
+    try:
+        with tqdm(desc=desc, disable=not progress, unit="sent", leave=False) as bar:
+            for result in results:
+                bar.update(len(result["lengths"]) + len(result["skipped"]))
+                yield result
+    finally:
+        if hasattr(results, "close"):
+            results.close()  # the workers end now, not when the error's traceback is gone
