@@ -115,8 +115,8 @@ def test_lm_cache_hit_costs_a_hash_and_a_read(tmp_path, monkeypatch, tiny_bert):
     def no_tokenizing(*a, **k):
         raise AssertionError("the training text was read or tokenized on a cache hit")
 
-    monkeypatch.setattr(preprocess, "read_records", no_tokenizing)
-    monkeypatch.setattr(preprocess, "encode_records", no_tokenizing)
+    monkeypatch.setattr(preprocess, "iter_records", no_tokenizing)
+    monkeypatch.setattr(preprocess, "_built_in_child", no_tokenizing)
     again = prepare(cfg, lm_folder=tiny_bert, lm_add_chars=2)
     assert again.reused and again.lm.added == first.lm.added
     assert preprocess.token_identity(again) == preprocess.token_identity(first)

@@ -7,6 +7,7 @@ import json
 import tempfile
 from collections import Counter
 from collections.abc import Iterable
+from itertools import islice
 from pathlib import Path
 
 from reltrain.artifacts import TOKENIZER_FILES
@@ -75,12 +76,14 @@ class LMTokenizer:
 
     def add_unknown_chars(self, texts: Iterable[str], min_count: int) -> dict:
         """Give each character that the tokenizer reads as [UNK] alone, seen so ``min_count`` times
-        in ``texts``, a token of its own; returns the [UNK] share of subwords before and after."""
-        texts = list(texts)
+        in ``texts`` (read twice, a batch at a time), a token of its own; returns the [UNK] share
+        of subwords before and after."""
         unk = self.hf.unk_token_id
-        if unk is None or min_count <= 0 or self.added or not texts:
+        if unk is None or min_count <= 0 or self.added:
             return {}
         before, counts = self._unknown(texts)
+        if before is None:
+            return {}
         chars = sorted(ch for ch, n in counts.items() if n >= min_count)
         # Alone too: a character known alone is not the cause (and adding it would cut words).
         alone = self.hf(chars, add_special_tokens=False)["input_ids"] if chars else []
@@ -96,17 +99,19 @@ class LMTokenizer:
         self.hf.add_tokens([AddedToken(ch, normalized=False, single_word=False) for ch in chars])
         self.added = list(chars)
 
-    def _unknown(self, texts: list[str]) -> tuple[float, Counter]:
-        """The [UNK] share of the subwords, and the characters under each [UNK], counted."""
-        enc = self.hf(texts, add_special_tokens=False, return_offsets_mapping=True)
+    def _unknown(self, texts: Iterable[str]) -> tuple[float | None, Counter]:
+        """The [UNK] share of the subwords (None: no text), and the characters under each [UNK]."""
         total, unknown, counts = 0, 0, Counter()
-        for text, ids, offsets in zip(texts, enc["input_ids"], enc["offset_mapping"]):
-            total += len(ids)
-            for i, (s, e) in zip(ids, offsets):
-                if i == self.hf.unk_token_id:
-                    unknown += 1
-                    counts.update(ch for ch in text[s:e] if not ch.isspace())
-        return unknown / max(total, 1), counts
+        texts = iter(texts)
+        while batch := list(islice(texts, 1024)):
+            enc = self.hf(batch, add_special_tokens=False, return_offsets_mapping=True)
+            for text, ids, offsets in zip(batch, enc["input_ids"], enc["offset_mapping"]):
+                total += len(ids)
+                for i, (s, e) in zip(ids, offsets):
+                    if i == self.hf.unk_token_id:
+                        unknown += 1
+                        counts.update(ch for ch in text[s:e] if not ch.isspace())
+        return (unknown / total if total else None), counts
 
     def files(self) -> dict[str, str]:
         """The tokenizer's own files (markers included) as text, to store in a checkpoint."""

@@ -16,7 +16,7 @@ import numpy as np
 
 from reltrain import children, stops
 from reltrain.data.build import Spec
-from reltrain.data.readers import read_labels, read_records
+from reltrain.data.readers import iter_records, read_labels
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
@@ -299,18 +299,31 @@ def token_identity(prepared: Prepared) -> dict:
 def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):
     from reltrain.data.lm import LMTokenizer
 
-    records = []
-    if markers == "typed" or add_chars > 0:
-        records = read_records(data_cfg.train, skip_bad_rows=data_cfg.skip_bad_rows).records
+    training = _TrainingRecords(data_cfg.train)
     # Entity types only from the training file's own head_type / tail_type columns.
-    types = sorted({t for r in records for t in (r.head.type, r.tail.type) if t})
-    lm = LMTokenizer.from_folder(folder, types if markers == "typed" else None)
-    stats = lm.add_unknown_chars((r.text for r in records), add_chars)
+    types = sorted({t for r in training for t in (r.head.type, r.tail.type) if t}) \
+        if markers == "typed" else None
+    lm = LMTokenizer.from_folder(folder, types)
+    texts = _TrainingRecords(data_cfg.train, texts=True)
+    stats = lm.add_unknown_chars(texts, add_chars) if add_chars > 0 else {}
     if stats.get("unk_before"):
         log.info("%s reads %.1f%% of the training subwords as [UNK]; %d characters seen at least "
                  "%d times get tokens of their own (model.lm.add_chars): %.1f%% [UNK] now",
                  folder, 100 * stats["unk_before"], stats["added"], add_chars, 100 * stats["unk_after"])
     return lm
+
+
+class _TrainingRecords:
+    """The training file's good rows (or their texts), read anew for each pass, so it is never
+    held whole; its bad rows are raised or skipped by the tokenizing pass."""
+
+    def __init__(self, path: str, texts: bool = False):
+        self.path, self.texts = path, texts
+
+    def __iter__(self):
+        for _, item in iter_records(self.path):
+            if not isinstance(item, DataError):
+                yield item.text if self.texts else item
 
 
 def _check_relations(data_cfg, relations: set) -> None:
