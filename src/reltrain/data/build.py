@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from reltrain import children
-from reltrain.data.readers import _preview, iter_rows
+from reltrain.data.readers import check_relation, iter_rows
 from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.errors import DataError
 
@@ -64,10 +64,7 @@ def _encode_chunk(job: tuple) -> dict:
     for line, build in rows:
         try:
             record = build()
-            if known is not None and record.relation is not None and record.relation not in known:
-                raise DataError(path, line, "relation",
-                                f"unknown relation '{record.relation}' (not in the label set: "
-                                f"{_preview(labels)})")
+            check_relation(record, known, labels, path, line)
         except DataError as exc:
             if not skip:
                 raise

@@ -103,14 +103,19 @@ def iter_records(path: str | Path, labels: list[str] | None = None, *,
     for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists):
         try:
             record = build()
-            if known is not None and record.relation is not None and record.relation not in known:
-                raise DataError(path, line, "relation",
-                                f"unknown relation '{record.relation}' (not in the label set: "
-                                f"{_preview(labels)})")
+            check_relation(record, known, labels, path, line)
         except DataError as exc:
             yield line, exc
             continue
         yield line, record
+
+
+def check_relation(record, known: set | None, labels: list[str] | None, path: str,
+                   line: int) -> None:
+    """A relation outside the label set (``known``, None: any) is the row's error."""
+    if known is not None and record.relation is not None and record.relation not in known:
+        raise DataError(path, line, "relation", f"unknown relation '{record.relation}' (not in "
+                        f"the label set: {_preview(labels)})")
 
 
 def iter_rows(path: str | Path, *, require_relation: bool = True,
