@@ -18,7 +18,7 @@ from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.errors import DataError
 
-from conftest import ZH_ROWS, data_overrides, write_csv
+from conftest import ZH_ROWS, data_overrides, ok, torchrun, write_csv
 
 SPLITS = ("train", "valid", "test")
 
@@ -135,3 +135,26 @@ def test_an_entry_of_an_older_format_is_rebuilt_not_read(tmp_path, small_en, cap
     again = prepare(cfg)
     assert not again.reused and f"cache format {CACHE_FORMAT - 1}" in caplog.text
     assert prepare(cfg).reused
+
+
+def test_every_rank_maps_the_same_cache_files(tmp_path, small_en):
+    """Under DDP rank 0 builds the entry and every rank maps its arrays: nothing travels between
+    the ranks but the go-ahead of ``main_first``."""
+    script = tmp_path / "ranks.py"
+    script.write_text(
+        "import json, sys\nimport numpy as np\n"
+        "from reltrain import distributed as D\nfrom reltrain.config import load_config\n"
+        "from reltrain.data.preprocess import prepare\n"
+        "cfg = load_config(None, sys.argv[1:])\n"
+        "ctx = D.setup('cpu', cfg.dist)\n"
+        "with ctx.main_first():\n    prepared = prepare(cfg.data)\n"
+        "train = prepared.splits['train']\n"
+        "print('RANK', json.dumps([ctx.rank, str(train.folder), isinstance(train.token_ids, np.memmap),"
+        " prepared.reused, int(train.token_ids.sum())]))\n"
+        "D.teardown(ctx)\n")
+    result = ok(torchrun(2, str(script), *data_overrides(small_en), f"data.cache_dir={tmp_path / 'c'}"))
+    ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in result.stdout.splitlines()
+                   if line.startswith("RANK "))
+    assert [r[0] for r in ranks] == [0, 1]
+    assert ranks[0][1] == ranks[1][1] and ranks[0][2] and ranks[1][2]
+    assert not ranks[0][3] and ranks[1][3] and ranks[0][4] == ranks[1][4]

@@ -141,11 +141,12 @@ class _Appender:
         self.rows += len(array)
 
     def finish(self, mapping=None, dtype=None) -> None:
-        """Write the ``.npy`` (through ``mapping`` of each block when given) and drop the raw file."""
+        """Write the ``.npy`` (each block through ``mapping`` when given); drop the raw file."""
         self.file.close()
         raw = self.path.with_suffix(".raw")
         shape = (self.rows,) if self.width == 1 else (self.rows, self.width)
-        out = np.lib.format.open_memmap(self.path, mode="w+", dtype=dtype or self.dtype, shape=shape)
+        out = np.lib.format.open_memmap(self.path, mode="w+", dtype=dtype or self.dtype,
+                                        shape=shape)
         if self.rows:
             source = np.memmap(raw, dtype=self.dtype, mode="r", shape=shape)
             for start in range(0, self.rows, 1 << 20):

@@ -237,7 +237,9 @@ def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
     def stop():
         stops.check("while preprocessing; nothing to save")
 
-    if _writable(path.parent) and children.call(_build_and_save, data_cfg, path, *options, stop=stop):
+    built = _writable(path.parent) and children.call(_build_and_save, data_cfg, path, *options,
+                                                      stop=stop)
+    if built:
         prepared = _load_cached(path)
         if prepared is not None:
             prepared.reused = False
