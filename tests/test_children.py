@@ -37,6 +37,21 @@ def test_a_result_an_error_and_the_childs_log_come_back(caplog):
     assert "a warning from the child" in caplog.text
 
 
+def _hold(mb: int) -> int:
+    return len(b"\x01" * (mb << 20))  # resident, unlike a zeroed allocation
+
+
+def _two_workers_holding(mb: int) -> list:
+    return list(children.ordered_map(_hold, [mb, mb], 2))
+
+
+def test_the_peak_of_children_that_ran_together_is_their_sum_grandchildren_included(monkeypatch):
+    monkeypatch.setattr(children, "_peak_kb", 0)
+    assert children.call(_two_workers_holding, 150) == [150 << 20] * 2
+    # the kernel's RUSAGE_CHILDREN would say one worker's ~150 MB, and nothing of the grandchildren
+    assert children.peak_rss_mb() > 300
+
+
 def test_the_child_is_a_new_process_in_a_session_of_its_own():
     """Ctrl-C at the terminal signals the foreground process group: not the child's."""
     session, parent = children.call(_session_and_parent)

@@ -60,6 +60,10 @@ def test_two_processes_equal_one_with_the_global_batch(runs):
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
     summary = json.loads((runs["two"] / "summary.json").read_text())
     assert (summary["world_size"], summary["batch_size"], summary["global_batch_size"]) == (2, 8, 16)
+    # memory: the run's is every rank's with its children; rank 1 alone holds torch (> 100 MB)
+    alone = json.loads((runs["one"] / "summary.json").read_text())
+    assert alone["peak_rss_run_mb"] == alone["peak_rss_mb"] + alone["peak_rss_children_mb"]
+    assert summary["peak_rss_run_mb"] > summary["peak_rss_mb"] + summary["peak_rss_children_mb"] + 100
 
 
 def evaluate_json(result) -> dict:

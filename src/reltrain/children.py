@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import resource
 import select
 import subprocess
 import sys
@@ -18,6 +19,8 @@ from contextlib import ExitStack
 log = logging.getLogger(__name__)
 
 _HEADER = 8  # a frame is its length (8 bytes, little-endian), then a pickle
+_live: set = set()  # this process's children not yet closed
+_peak_kb = 0  # the most their peaks (each with its own children's) summed to while they ran together
 
 
 class ChildFailed(RuntimeError):
@@ -39,7 +42,8 @@ class Child:
             raise
         finally:
             os.close(write)
-        self._results, self.pending = read, 0
+        self._results, self.pending, self.peak_kb = read, 0, 0
+        _live.add(self)
         self._write(sys.path)  # the same imports as here (a script's folder, a test's)
         if setup is not None:
             self.send(setup, *args)
@@ -62,8 +66,10 @@ class Child:
         while stop is not None and not select.select([self._results], [], [], 0.1)[0]:
             stop()
         header = self._read(_HEADER)
-        ok, value, records = pickle.loads(self._read(int.from_bytes(header, "little")))
+        ok, value, records, self.peak_kb = pickle.loads(self._read(int.from_bytes(header, "little")))
         self.pending -= 1
+        global _peak_kb
+        _peak_kb = max(_peak_kb, sum(child.peak_kb for child in _live))
         for name, level, message in records:
             logging.getLogger(name).log(level, "%s", message)
         if ok:
@@ -86,6 +92,7 @@ class Child:
                            f"answering (out of memory?)")
 
     def close(self) -> None:
+        _live.discard(self)
         if self.proc.stdin and not self.proc.stdin.closed:
             try:
                 self.proc.stdin.close()  # end-of-file: the child exits
@@ -108,6 +115,17 @@ def call(fn: Callable, *args, stop: Callable[[], None] | None = None):
     with Child() as child:
         child.send(fn, *args)
         return child.receive(stop)
+
+
+def peak_rss_mb() -> float:
+    """The memory this process's children held together at most, as the sum of their peaks: an
+    upper bound, since the peaks need not coincide (the kernel's RUSAGE_CHILDREN keeps the largest
+    single child's, and only once it has ended)."""
+    return _peak_kb / 1024
+
+
+def _tree_peak_kb() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + _peak_kb
 
 
 def default_workers() -> int:
@@ -169,10 +187,11 @@ def _serve(result_fd: int) -> None:
             except Exception as exc:
                 result = (False, exc)
             try:
-                data = pickle.dumps((*result, records.records), protocol=pickle.HIGHEST_PROTOCOL)
+                data = pickle.dumps((*result, records.records, _tree_peak_kb()),
+                                    protocol=pickle.HIGHEST_PROTOCOL)
             except Exception as exc:  # a result or an error that does not pickle
                 error = RuntimeError(f"a child's result: {result[1]!r} ({exc})")
-                data = pickle.dumps((False, error, records.records))
+                data = pickle.dumps((False, error, records.records, _tree_peak_kb()))
             records.records = []
             out.write(len(data).to_bytes(_HEADER, "little") + data)
             out.flush()
@@ -189,8 +208,10 @@ def _read_calls(stream, calls) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        _serve(int(sys.argv[1]))
+    try:  # as reltrain.children, the module the calls import, not a second copy named __main__
+        from reltrain.children import _serve as serve
+
+        serve(int(sys.argv[1]))
     except BaseException:  # the parent is gone (a broken pipe), or a bug: said, then gone
         import traceback
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
+from reltrain import children
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
@@ -93,6 +94,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     if "test" in parts.sets:
         stop.check(_OUTSIDE)
         _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
+    summary.update(_memory(ctx))
     if ctx.is_main:
         write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
         _print_summary(summary)
@@ -229,8 +231,6 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
     if ctx.is_main and cfg.log.plots:  # drawn in a child: matplotlib stays out of this process
-        from reltrain import children
-
         matrix = confusion(test_set.split.labels, pred, len(labels))
         children.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
                     f"Test confusion (best epoch {state.best['epoch']})")
@@ -262,10 +262,6 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "strategy": ctx.strategy,
         "device": str(ctx.device),
         "train_sent_per_s_median": statistics.median(speeds) if speeds else None,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,  # this rank
-        # the largest of its finished child processes (tokenizing for the cache, plots): the
-        # kernel keeps the maximum, not a sum, and knows nothing of children still running
-        "peak_rss_children_mb": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         # torch's allocator on this rank's GPU (what the tensors held at most, not the cache)
         "peak_gpu_mb": (torch.cuda.max_memory_allocated(ctx.device) / 2**20
                         if ctx.device.type == "cuda" else None),
@@ -275,6 +271,16 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
         "checkpoints": {"best": str(run_dir / "checkpoints" / "best.pt"),
                         "last": str(run_dir / "checkpoints" / "last.pt")},
     }
+
+
+def _memory(ctx: D.DistContext) -> dict:
+    """Peak resident memory: this rank's own, its children's (the cache build and its workers,
+    plots; DataLoader workers only as the largest one), and the run's, summed over every rank.
+    Sums of peaks: an upper bound, since the peaks need not coincide."""
+    own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    kids = max(children.peak_rss_mb(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+    return {"peak_rss_mb": own, "peak_rss_children_mb": kids,
+            "peak_rss_run_mb": ctx.sum([own + kids])[0]}
 
 
 def _print_summary(summary: dict) -> None:
