@@ -122,7 +122,8 @@ def one_size(rows: int, data: Path, tmp: Path, train: bool) -> dict:
                                     f"output_dir={out}"], env=env, cwd=ROOT)
         summary = json.loads((out / "summary.json").read_text())
         result.update(train_sent_per_s=summary["train_sent_per_s_median"], train_s=seconds,
-                      train_peak_rss_mb=rss, train_peak_rss_self_mb=summary["peak_rss_mb"])
+                      train_peak_rss_mb=rss, train_peak_rss_self_mb=summary["peak_rss_mb"],
+                      train_peak_rss_run_mb=summary["peak_rss_run_mb"])
     (corpus).unlink()
     return result
 
