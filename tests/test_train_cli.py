@@ -219,7 +219,9 @@ def test_one_relation_or_chinese_as_words_stop_training(tmp_path):
     from conftest import ZH_ROWS, write_csv
 
     one = write_csv(tmp_path / "one.csv", [r for r in ZH_ROWS if r[1] == "导演"])
-    assert "at least two relations" in user_error(run_cli("train", f"data.train={one}"))
+    # zh: a streamed build says the script mistake after 4,096 rows, the relations at the end
+    assert "at least two relations" in user_error(run_cli("train", f"data.train={one}",
+                                                          "data.language=zh"))
     zh = write_csv(tmp_path / "zh.csv", ZH_ROWS)
     assert "set data.language=zh" in user_error(run_cli("train", f"data.train={zh}"))
 
