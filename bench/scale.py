@@ -3,6 +3,7 @@ one-core segmenting rate measured in the same run.
 
     python bench/scale.py --rows 30000,300000,1000000
     python bench/scale.py --rows 30000,300000 --no-train
+    python bench/scale.py --rows 30000 --set data.min_freq=1   # every number a word: 50k words
 
 The corpus of each size is deepke-zh's training rows over and over, each sentence with a
 numbered suffix (``，编号000123``) so the vocabulary grows with it; validation is deepke-zh's own.
@@ -97,13 +98,13 @@ def disk_mb(folder: Path) -> float:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file()) / 2**20
 
 
-def one_size(rows: int, data: Path, tmp: Path, train: bool) -> dict:
+def one_size(rows: int, data: Path, tmp: Path, train: bool, extra: list[str]) -> dict:
     corpus = tmp / f"train-{rows}.csv"
     make_corpus(data, rows, corpus)
     cache = tmp / f"cache-{rows}"
     options = [f"data.train={corpus}", f"data.valid={data / 'valid.csv'}",
                f"data.labels={data / 'relation.csv'}", "data.language=zh",
-               f"data.cache_dir={cache}", "log.progress=false"]
+               f"data.cache_dir={cache}", "log.progress=false", *extra]
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     pre, seconds, pre_rss = measured([sys.executable, "-m", "reltrain", "preprocess", *options],
                                      env=env, cwd=ROOT)
@@ -133,13 +134,16 @@ def main() -> None:
     ap.add_argument("--rows", default="30000,300000,1000000")
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--no-train", action="store_true", help="preprocessing only")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a reltrain option for every run (repeatable)")
     ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
     sizes = [int(x) for x in args.rows.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="reltrain-scale-") as tmp:
         for rows in sizes:
-            results.append(one_size(rows, Path(args.data).resolve(), Path(tmp), not args.no_train))
+            results.append(one_size(rows, Path(args.data).resolve(), Path(tmp), not args.no_train,
+                                    args.set))
             print(json.dumps(results[-1]), flush=True)
     first = results[0]
     print(f"\n{os.cpu_count()} CPU(s); ratios against the {first['rows']:,}-row corpus")
