@@ -8,7 +8,9 @@ one-core segmenting rate measured in the same run.
 The corpus of each size is deepke-zh's training rows over and over, each sentence with a
 numbered suffix (``，编号000123``) so the vocabulary grows with it; validation is deepke-zh's own.
 Every figure of a process tree is the sum of the resident memory of all its processes (the
-command, the tokenizing child and its workers, the plot child), sampled every 0.2 s. Run it on
+command, the tokenizing child and its workers, the plot child), sampled every 0.2 s; ``anon`` is
+its anonymous part, ``file`` the file-backed part (shared libraries and the cache's mapped pages,
+which count as resident once read and which the kernel can drop and reread). Run it on
 a quiet machine: a second job on the same cores makes every rate meaningless.
 """
 
@@ -61,24 +63,32 @@ def _tree(pid: int) -> list[int]:
     return [pid, *(p for c in children for p in _tree(int(c)))]
 
 
-def _rss_mb(pid: int) -> float:
+def _rss_mb(pid: int) -> tuple[float, float, float]:
+    """Resident MB of one process: all of it, its anonymous part (what only swapping could take
+    back) and its file-backed part (libraries and the mapped cache: page cache the kernel drops
+    under pressure and rereads)."""
+    fields = {}
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "RssAnon", "RssFile"):
+                fields[key] = int(value.split()[0]) / 1024
     except OSError:
         pass
-    return 0.0
+    return fields.get("VmRSS", 0.0), fields.get("RssAnon", 0.0), fields.get("RssFile", 0.0)
 
 
-def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, float]:
-    """Run ``cmd``; returns it, its wall time and the peak summed RSS of its process tree (MB)."""
+def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, dict]:
+    """Run ``cmd``; returns it, its wall time and the peaks of its process tree's summed resident
+    memory in MB: ``rss`` (all), ``anon`` and ``file`` (each part's own peak)."""
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
-    peak = [0.0]
+    peak = {"rss": 0.0, "anon": 0.0, "file": 0.0}
 
     def sample() -> None:
         while proc.poll() is None:
-            peak[0] = max(peak[0], sum(_rss_mb(p) for p in _tree(proc.pid)))
+            parts = [_rss_mb(p) for p in _tree(proc.pid)]
+            for i, key in enumerate(peak):
+                peak[key] = max(peak[key], sum(part[i] for part in parts))
             time.sleep(0.2)
 
     start = time.perf_counter()
@@ -91,7 +101,7 @@ def measured(cmd: list[str], **kw) -> tuple[subprocess.CompletedProcess, float, 
     if proc.returncode != 0:
         sys.stderr.write(err[-3000:])
         raise SystemExit(f"failed: {' '.join(cmd[:4])} ...")
-    return done, seconds, peak[0]
+    return done, seconds, peak
 
 
 def disk_mb(folder: Path) -> float:
@@ -115,7 +125,8 @@ def one_size(rows: int, data: Path, tmp: Path, train: bool, extra: list[str]) ->
                                       check=True).stdout)
     result = {"rows": rows, "vocab": vocab, "preprocess_s": seconds,
               "preprocess_rows_per_s": rows / seconds, "jieba_one_core_rows_per_s": jieba_rate,
-              "preprocess_peak_rss_mb": pre_rss, "cache_mb": disk_mb(entry)}
+              "preprocess_peak_rss_mb": pre_rss["rss"], "preprocess_peak_anon_mb": pre_rss["anon"],
+              "cache_mb": disk_mb(entry)}
     if train:
         out = tmp / f"run-{rows}"
         _, seconds, rss = measured([sys.executable, "-m", "reltrain", "train", *options,
@@ -123,10 +134,15 @@ def one_size(rows: int, data: Path, tmp: Path, train: bool, extra: list[str]) ->
                                     f"output_dir={out}"], env=env, cwd=ROOT)
         summary = json.loads((out / "summary.json").read_text())
         result.update(train_sent_per_s=summary["train_sent_per_s_median"], train_s=seconds,
-                      train_peak_rss_mb=rss, train_peak_rss_self_mb=summary["peak_rss_mb"],
+                      train_peak_rss_mb=rss["rss"], train_peak_anon_mb=rss["anon"],
+                      train_peak_file_mb=rss["file"], train_peak_rss_self_mb=summary["peak_rss_mb"],
                       train_peak_rss_run_mb=summary["peak_rss_run_mb"])
     (corpus).unlink()
     return result
+
+
+def _ratio(row: dict, first: dict, key: str) -> str:
+    return f"{row[key]:>5.0f} ({row[key] / first[key]:.2f}x)"
 
 
 def main() -> None:
@@ -148,18 +164,19 @@ def main() -> None:
     first = results[0]
     print(f"\n{os.cpu_count()} CPU(s); ratios against the {first['rows']:,}-row corpus")
     head = (f"{'rows':>10} {'vocab':>7} {'prep rows/s':>11} {'x jieba 1 core':>14} "
-            f"{'prep RSS MB':>11} {'cache MB':>8}")
+            f"{'prep RSS MB':>11} {'anon':>12} {'cache MB':>8}")
     if "train_sent_per_s" in first:
-        head += f" {'train sent/s':>12} {'train RSS MB':>12}"
+        head += f" {'train sent/s':>12} {'train RSS MB':>12} {'anon':>12} {'file':>5}"
     print(head)
     for r in results:
         line = (f"{r['rows']:>10,} {r['vocab']:>7,} {r['preprocess_rows_per_s']:>11,.0f} "
                 f"{r['preprocess_rows_per_s'] / r['jieba_one_core_rows_per_s']:>13.2f}x "
                 f"{r['preprocess_peak_rss_mb']:>6.0f} ({r['preprocess_peak_rss_mb'] / first['preprocess_peak_rss_mb']:.2f}x)"
-                f" {r['cache_mb']:>8.0f}")
+                f" {_ratio(r, first, 'preprocess_peak_anon_mb')} {r['cache_mb']:>8.0f}")
         if "train_sent_per_s" in r:
             line += (f" {r['train_sent_per_s']:>6.0f} ({r['train_sent_per_s'] / first['train_sent_per_s']:.2f}x)"
-                     f" {r['train_peak_rss_mb']:>6.0f} ({r['train_peak_rss_mb'] / first['train_peak_rss_mb']:.2f}x)")
+                     f" {r['train_peak_rss_mb']:>6.0f} ({r['train_peak_rss_mb'] / first['train_peak_rss_mb']:.2f}x)"
+                     f" {_ratio(r, first, 'train_peak_anon_mb')} {r['train_peak_file_mb']:>5.0f}")
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
