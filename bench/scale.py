@@ -142,7 +142,7 @@ def one_size(rows: int, data: Path, tmp: Path, train: bool, extra: list[str]) ->
 
 
 def _ratio(row: dict, first: dict, key: str) -> str:
-    return f"{row[key]:>5.0f} ({row[key] / first[key]:.2f}x)"
+    return f"{row[key]:>6.0f} ({row[key] / first[key]:.2f}x)"
 
 
 def main() -> None:
@@ -171,12 +171,12 @@ def main() -> None:
     for r in results:
         line = (f"{r['rows']:>10,} {r['vocab']:>7,} {r['preprocess_rows_per_s']:>11,.0f} "
                 f"{r['preprocess_rows_per_s'] / r['jieba_one_core_rows_per_s']:>13.2f}x "
-                f"{r['preprocess_peak_rss_mb']:>6.0f} ({r['preprocess_peak_rss_mb'] / first['preprocess_peak_rss_mb']:.2f}x)"
-                f" {_ratio(r, first, 'preprocess_peak_anon_mb')} {r['cache_mb']:>8.0f}")
+                f"{_ratio(r, first, 'preprocess_peak_rss_mb')} {_ratio(r, first, 'preprocess_peak_anon_mb')}"
+                f" {r['cache_mb']:>8.0f}")
         if "train_sent_per_s" in r:
-            line += (f" {r['train_sent_per_s']:>6.0f} ({r['train_sent_per_s'] / first['train_sent_per_s']:.2f}x)"
-                     f" {r['train_peak_rss_mb']:>6.0f} ({r['train_peak_rss_mb'] / first['train_peak_rss_mb']:.2f}x)"
-                     f" {_ratio(r, first, 'train_peak_anon_mb')} {r['train_peak_file_mb']:>5.0f}")
+            line += "".join(f" {_ratio(r, first, key)}" for key in
+                            ("train_sent_per_s", "train_peak_rss_mb", "train_peak_anon_mb"))
+            line += f" {r['train_peak_file_mb']:>5.0f}"
         print(line)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
