@@ -215,12 +215,12 @@ def test_a_pickled_object_is_named_not_run(tmp_path):
     assert not (tmp_path / "owned").exists()
 
 
-def test_bad_vocabulary_and_worker_options_are_one_line():
-    assert "data.max_vocab must be 0 (no cap) or more" in user_error(
-        run_cli("preprocess", "data.max_vocab=-5"))
-    assert "data.preprocess_workers must be 0 (one per core) or more" in user_error(
-        run_cli("preprocess", "data.preprocess_workers=-1"))
-    assert "data.max_vocab" in user_error(run_cli("preprocess", "data.max_vocab=lots"))
+def test_bad_vocabulary_and_worker_options_are_one_line(capsys):
+    assert "data.max_vocab must be 0 (no cap) or more" in cli_error(
+        capsys, "preprocess", "data.max_vocab=-5")
+    assert "data.preprocess_workers must be 0 (one per core) or more" in cli_error(
+        capsys, "preprocess", "data.preprocess_workers=-1")
+    assert "data.max_vocab" in cli_error(capsys, "preprocess", "data.max_vocab=lots")
 
 
 def test_one_relation_or_chinese_as_words_stop_training(tmp_path):
