@@ -176,7 +176,7 @@ class _Stub:
         self.release.set()
         self.calls = []
 
-    def predict_any(self, items, top_k):
+    def predict(self, items, top_k):
         self.release.wait(30)
         self.calls.append(list(items))
         if "bad" in items:
@@ -190,8 +190,8 @@ def test_one_bad_request_in_a_batch_fails_alone():
     async def scenario():
         batcher = Batcher(stub, max_batch=64, max_wait=0.05, max_queue=100)
         runner = asyncio.create_task(batcher.run())
-        answers = await asyncio.gather(batcher.predict(["a"], 1, 1), batcher.predict(["bad"], 1, 1),
-                                       batcher.predict(["c", "d"], 1, 2), return_exceptions=True)
+        answers = await asyncio.gather(batcher.predict(["a"], 1), batcher.predict(["bad"], 1),
+                                       batcher.predict(["c", "d"], 1), return_exceptions=True)
         runner.cancel()
         return answers, batcher.counts
 
@@ -209,12 +209,12 @@ def test_a_full_queue_refuses_instead_of_growing():
     async def scenario():
         batcher = Batcher(stub, max_batch=2, max_wait=0, max_queue=4)
         runner = asyncio.create_task(batcher.run())
-        first = asyncio.create_task(batcher.predict(["a", "b"], 1, 2))
+        first = asyncio.create_task(batcher.predict(["a", "b"], 1))
         await asyncio.sleep(0.1)  # taken by the model thread, which waits
-        waiting = [asyncio.create_task(batcher.predict([x, x], 1, 2)) for x in "cd"]
+        waiting = [asyncio.create_task(batcher.predict([x, x], 1)) for x in "cd"]
         await asyncio.sleep(0.1)
         with pytest.raises(Busy):
-            await batcher.predict(["e"], 1, 1)
+            await batcher.predict(["e"], 1)
         assert batcher.queued == 4
         stub.release.set()
         done = await asyncio.gather(first, *waiting)
@@ -277,3 +277,116 @@ def test_serve_limits_out_of_range_are_one_line(model, capsys):  # noqa: F811
                          (["--drain-timeout-s", "-1"], "--drain-timeout-s positive"),
                          (["--port", "70000"], "--port must be from 0 to 65535")):
         assert words in cli_error(capsys, "serve", str(model), *flags), flags
+
+
+class _Panic(BaseException):
+    """What pyo3 raises for a panic in a Rust tokenizer: not an Exception."""
+
+
+def test_a_base_exception_fails_its_request_and_the_loop_goes_on():
+    stub = _Stub()
+    real = stub.predict
+
+    def predict(items, top_k):
+        if "panic" in items:
+            raise _Panic("tokenizer panicked")
+        return real(items, top_k)
+
+    stub.predict = predict
+
+    async def scenario():
+        batcher = Batcher(stub, max_batch=64, max_wait=0, max_queue=100)
+        runner = asyncio.create_task(batcher.run())
+        first = await asyncio.gather(batcher.predict(["panic"], 1), return_exceptions=True)
+        later = await asyncio.wait_for(batcher.predict(["after"], 1), 10)
+        runner.cancel()
+        return first[0], later
+
+    failed, later = asyncio.run(scenario())
+    assert isinstance(failed, ItemFailed) and "_Panic" in str(failed)
+    assert later == [{"top_k": ["after"]}]
+
+
+def test_a_dead_model_loop_answers_everyone_instead_of_hanging(monkeypatch):
+    from reltrain.inference.batcher import Unavailable
+
+    stub = _Stub()
+    stub.release.clear()
+
+    async def scenario():
+        batcher = Batcher(stub, max_batch=1, max_wait=0, max_queue=100)
+        runner = asyncio.create_task(batcher.run())
+        first = asyncio.create_task(batcher.predict(["a"], 1))
+        await asyncio.sleep(0.1)  # in the model thread
+        waiting = asyncio.create_task(batcher.predict(["b"], 1))
+        await asyncio.sleep(0.1)
+        monkeypatch.setattr(batcher, "_fill", lambda *a: 1 / 0)  # a bug in the loop itself
+        stub.release.set()
+        got = await asyncio.wait_for(asyncio.gather(first, waiting, return_exceptions=True), 10)
+        with pytest.raises(Unavailable):
+            await batcher.predict(["c"], 1)
+        assert runner.done() and batcher.stopped and batcher.queued == 0
+        return got
+
+    first, waiting = asyncio.run(scenario())
+    assert first == [{"top_k": ["a"]}] and isinstance(waiting, Unavailable)
+
+
+def test_a_large_request_takes_turns_with_the_others():
+    stub = _Stub()
+
+    async def scenario():
+        batcher = Batcher(stub, max_batch=4, max_wait=0, max_queue=100)
+        runner = asyncio.create_task(batcher.run())
+        stub.release.clear()
+        big = asyncio.create_task(batcher.predict([f"b{i}" for i in range(10)], 1))
+        await asyncio.sleep(0.1)  # its first slice is in the model thread
+        small = asyncio.create_task(batcher.predict(["s1", "s2"], 1))
+        await asyncio.sleep(0.1)
+        stub.release.set()
+        answers = await asyncio.wait_for(asyncio.gather(big, small), 10)
+        runner.cancel()
+        return answers
+
+    big, small = asyncio.run(scenario())
+    assert [r["top_k"][0] for r in big] == [f"b{i}" for i in range(10)]  # in order
+    assert small == [{"top_k": ["s1"]}, {"top_k": ["s2"]}]
+    # Slices of max_batch, the small request right after the big one's first slice.
+    assert stub.calls == [["b0", "b1", "b2", "b3"], ["s1", "s2"], ["b4", "b5", "b6", "b7"],
+                          ["b8", "b9"]]
+
+
+def test_one_request_cannot_hold_the_model(model):  # noqa: F811
+    srv = Server(model, "--max-batch", "8")
+    try:
+        words = [f"w{i:04d}" for i in range(1600)]  # 9,599 characters
+        text = " ".join(words)
+        nested = [{"pos": [6 * i, len(text) - 6 * i]} for i in range(32)]  # each covers the text
+        status, answer = srv.post({"text": text, "entities": nested})
+        assert (status, answer["field"]) == (413, "body") and "characters" in answer["error"]
+        far = {"text": text, "h": {"pos": [0, 5]}, "t": {"pos": [len(text) - 5, len(text)]}}
+        status, answer = srv.post(far)  # 1,600 tokens from head to tail; the model reads 200
+        assert status == 422 and "spans 1600 tokens" in answer["error"], answer
+        # Within every limit and still 992 pairs: taken in slices between other requests.
+        short = " ".join(words[:150])
+        spread = [{"pos": [24 * i, 24 * i + 5]} for i in range(32)]
+        done: list[str] = []
+
+        def big():
+            assert srv.post({"text": short, "entities": spread})[0] == 200
+            done.append("big")
+
+        thread = threading.Thread(target=big)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while srv.get("/health")[1]["batches"] < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        start = time.monotonic()
+        assert srv.post(OK)[0] == 200
+        done.append("small")
+        waited = time.monotonic() - start
+        thread.join(120)
+        assert done == ["small", "big"], (done, waited)
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.output()

@@ -98,9 +98,14 @@ def _names(value: object, where: str, what: str, limit: int) -> list[str]:
 
 
 def _labels(value: object, where: str) -> list[str]:
+    from reltrain.data.schema import label_name_problem
+
     labels = _names(value, where, "the label list", MAX_LABELS)
     if not labels:
         _fail(where, "the label list is empty")
+    for name in labels:
+        if label_name_problem(name):
+            _fail(where, f"the label list: {label_name_problem(name)}")
     return labels
 
 
@@ -116,9 +121,26 @@ def _vocab(value: object, where: str) -> list[str]:
 def _weights(value: object, where: str) -> dict[str, torch.Tensor]:
     if not isinstance(value, dict) or not value:
         _fail(where, "the weights are not a mapping of names to tensors")
+    declared, stored = 0, {}
     for key, tensor in value.items():
         if not isinstance(key, str) or len(key) > MAX_NAME or not isinstance(tensor, torch.Tensor):
             _fail(where, "the weights are not a mapping of names to tensors")
+        storage = tensor.untyped_storage()
+        size = tensor.numel() * tensor.element_size()
+        if size > storage.nbytes():
+            _fail(where, f"weight {key[:80]} declares {tuple(tensor.shape)} but stores "
+                         f"{storage.nbytes()} bytes (an expanded or overlapping view)")
+        declared += size
+        stored[storage.data_ptr()] = storage.nbytes()
+    # Tensors that share one storage could each pass the check above and still declare many
+    # times what the file holds; the model built from these shapes must fit in its bytes.
+    if declared > sum(stored.values()):
+        _fail(where, f"the weights declare {declared} bytes but the file stores "
+                     f"{sum(stored.values())} (tensors share their storage)")
+    for key, tensor in value.items():
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
+            _fail(where, f"weight {key[:80]} holds NaN or infinite values: the model would "
+                         f"answer nothing usable")
     return strip_wrapper_prefixes(value)
 
 
@@ -386,7 +408,10 @@ def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
         raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path}: not a reltrain checkpoint")
-    if payload.get("version", 0) > VERSION:
+    version = payload.get("version", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise UserError(f"{path}: its format version must be a non-negative integer")
+    if version > VERSION:
         raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
     return payload
 

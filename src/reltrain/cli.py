@@ -95,6 +95,9 @@ def _parser() -> argparse.ArgumentParser:
                         "(default 1024)")
     p.add_argument("--max-text-chars", type=int, default=10_000, metavar="N",
                    help="characters per text (default 10000)")
+    p.add_argument("--max-request-chars", type=int, default=1_000_000, metavar="N",
+                   help="characters of text one request may ask to read, each example (every "
+                        "entity pair) reading its whole text; more: 413 (default 1000000)")
     p.add_argument("--max-queue", type=int, default=4096, metavar="N",
                    help="examples waiting for the model at most; more: 503 with Retry-After "
                         "(default 4096)")
@@ -128,7 +131,14 @@ def _common(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        key = unknown[0].split("=", 1)[0]
+        hint = (f" (options are key=value without dashes: {unknown[0].lstrip('-')})"
+                if key.startswith("--") and "." in key and args.command in ("train", "preprocess")
+                else "")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.argv = argv
     from reltrain.logs import setup_console_logging
 
@@ -222,7 +232,8 @@ def _dispatch(args) -> int:
 
         options = ServeOptions(args.model, args.device, args.runtime, args.max_batch,
                                args.max_wait_ms, args.top_k, max_items=args.max_items,
-                               max_text_chars=args.max_text_chars, amp=args.amp,
+                               max_text_chars=args.max_text_chars,
+                               max_request_chars=args.max_request_chars, amp=args.amp,
                                max_queue=args.max_queue, body_timeout_s=args.body_timeout_s,
                                access_log=args.access_log)
         serve(options, args.host, args.port, args.workers, args.max_connections,

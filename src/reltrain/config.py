@@ -4,6 +4,7 @@ OmegaConf; ``validate`` checks ranges once and every problem is a one-line ``Use
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,24 +203,16 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
-    for item in overrides:
-        if "=" not in item or item.startswith("="):
-            raise UserError(f"override '{item}' is not key=value (see 'reltrain train --help')")
+    from reltrain.config_files import parse_overrides, read_config_file
+
+    sources = [read_config_file(path)] if path else []
+    sources.append(parse_overrides(overrides))
     try:
-        sources = []
-        if path:
-            if not Path(path).is_file():
-                raise UserError(f"{path}: config file not found")
-            sources.append(OmegaConf.to_container(OmegaConf.load(path)))
-        # `key=` means an empty value (OmegaConf would read None, which no option takes).
-        dotlist = [f'{item}""' if item.endswith("=") else item for item in overrides]
-        sources.append(OmegaConf.to_container(OmegaConf.from_dotlist(dotlist)))
-        models = [src["model"] for src in sources
-                  if isinstance(src, dict) and isinstance(src.get("model"), dict)]
+        models = [src["model"] for src in sources if isinstance(src.get("model"), dict)]
         name = next((m["name"] for m in reversed(models) if "name" in m), ModelConfig.name)
         merged = OmegaConf.structured(Config)
         for src in sources:
-            if isinstance(src, dict) and isinstance(src.get("model"), dict):
+            if isinstance(src.get("model"), dict):
                 given = nest_model_keys({"name": name, **src["model"]})
                 if "name" not in src["model"]:
                     del given["name"]
@@ -228,10 +221,8 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(_option_error(exc)) from None
-    except Exception as exc:  # YAML syntax errors come from PyYAML
-        if type(exc).__module__.startswith("yaml"):
-            raise UserError(f"{path}: not valid YAML/JSON: {first_line(exc)}") from None
-        raise
+    except (ValueError, OverflowError) as exc:  # a number no option can hold, e.g. 1e400 as int
+        raise UserError(f"bad option: {first_line(exc, 200)}") from None
     validate(cfg)
     return cfg
 
@@ -283,6 +274,8 @@ def _typed_value(kind, value, key: str):
           str: isinstance(value, str) and len(value) <= _MAX_STRING,
           list[int]: (isinstance(value, list) and len(value) <= _MAX_LIST
                       and all(isinstance(v, int) and not isinstance(v, bool) for v in value))}[kind]
+    if ok and kind is float and not _finite(value):
+        raise UserError(f"{key} must be a finite number")
     if ok:
         return float(value) if kind is float else list(value) if kind == list[int] else value
     if kind is str and isinstance(value, str):
@@ -290,6 +283,13 @@ def _typed_value(kind, value, key: str):
     if kind == list[int]:
         raise UserError(f"{key} must be a list of at most {_MAX_LIST} integers")
     raise UserError(f"{key} must be {kind.__name__}, not {type(value).__name__}")
+
+
+def _finite(value: float) -> bool:
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int past float's range (10**400)
+        return False
 
 
 def to_dict(cfg: Config) -> dict[str, Any]:
@@ -404,6 +404,15 @@ def validate_values(cfg: Config) -> None:
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
     _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
     check_device_name(cfg.device)
+    for key in option_keys(cfg):
+        value = _get(cfg, key)
+        _check(not isinstance(value, float) or _finite(value), f"{key} must be a finite number")
+
+
+def _get(cfg: Config, key: str):
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
 
 
 def check_device_name(name: str) -> None:

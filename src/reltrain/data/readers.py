@@ -14,10 +14,13 @@ from functools import partial
 from itertools import chain
 from typing import Callable, Iterable, Iterator
 
-from reltrain.data.schema import Entity, EntitySentence, Record
+from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
 from reltrain.errors import DataError, UserError
 
-_DIGITS = re.compile(r"[0-9]+")
+# Offsets and indices: digits only (str.isdigit() also takes "²"), and at most 18 of them, so
+# that int() never meets a number past its 4,300-digit limit.
+_DIGITS = re.compile(r"[0-9]{1,18}")
+_MAX_INT_DIGITS = 18
 CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
 
 
@@ -214,7 +217,8 @@ def _offset(path, line, field_name, value) -> int:
     value = value.strip()
     if not _DIGITS.fullmatch(value):  # str.isdigit() also accepts '²', which int() rejects
         raise DataError(path, line, field_name,
-                        f"expected a non-negative integer character offset, got '{value}'")
+                        f"expected a non-negative integer character offset of at most "
+                        f"{_MAX_INT_DIGITS} digits, got '{value[:40]}'")
     return int(value)
 
 
@@ -239,6 +243,9 @@ def _relation(path, line, value, require_relation) -> str | None:
         return None
     if not isinstance(value, str):
         raise DataError(path, line, "relation", f"expected a string, got {type(value).__name__}")
+    problem = label_name_problem(value.strip())
+    if problem:
+        raise DataError(path, line, "relation", problem)
     return value.strip()
 
 
@@ -265,7 +272,10 @@ def parse_json(raw: str, path: str = "<input>", line: int | None = None):
     """A JSON value whose strings are all valid Unicode text: a lone surrogate escape
     (``"\\ud800"``) parses, but no UTF-8 output could hold it, so it is refused here."""
     try:
-        obj = json.loads(raw)
+        obj = json.loads(raw, parse_int=_bounded_int)
+    except _LongNumber as exc:
+        raise DataError(path, line, None, f"invalid JSON: a number of {exc.args[0]} digits "
+                                          f"(at most {_MAX_INT_DIGITS})") from None
     except json.JSONDecodeError as exc:
         raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
     except RecursionError:
@@ -278,6 +288,18 @@ def parse_json(raw: str, path: str = "<input>", line: int | None = None):
             raise DataError(path, line, None, "a string holds a lone surrogate escape (\\ud800 "
                                               "to \\udfff without its pair): not text") from None
     return obj
+
+
+class _LongNumber(Exception):
+    pass
+
+
+def _bounded_int(text: str) -> int:
+    # json's own int() would raise a bare ValueError past 4,300 digits; no field needs 19.
+    digits = len(text.lstrip("-"))
+    if digits > _MAX_INT_DIGITS:
+        raise _LongNumber(digits)
+    return int(text)
 
 
 def json_record(obj, path: str = "<input>", line: int | None = None, require_relation: bool = False,
@@ -387,8 +409,11 @@ def read_labels(path: str | Path) -> list[str]:
             raw_index = (row.get("index") or "").strip()
             if not name:
                 raise DataError(path, number, "relation", "missing relation")
+            if label_name_problem(name):
+                raise DataError(path, number, "relation", label_name_problem(name))
             if raw_index and not _DIGITS.fullmatch(raw_index):
-                raise DataError(path, number, "index", f"expected a non-negative integer, got '{raw_index}'")
+                raise DataError(path, number, "index", f"expected a non-negative integer of at most "
+                                     f"{_MAX_INT_DIGITS} digits, got '{raw_index[:40]}'")
             index = int(raw_index) if raw_index else len(by_index)
             if index in by_index:
                 raise DataError(path, number, "index", f"index {index} used twice")
@@ -396,6 +421,9 @@ def read_labels(path: str | Path) -> list[str]:
         labels = [by_index[i] for i in sorted(by_index)]
     else:
         labels = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        for name in labels:
+            if label_name_problem(name):
+                raise DataError(path, None, None, label_name_problem(name))
     dupes = [name for name, n in Counter(labels).items() if n > 1]
     if dupes:
         raise DataError(path, None, None, f"relation(s) listed twice: {', '.join(dupes)}")

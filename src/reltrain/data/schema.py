@@ -2,7 +2,18 @@
 
 from __future__ import annotations
 
+import unicodedata
 from dataclasses import dataclass
+
+
+def label_name_problem(name: str) -> str | None:
+    """Why ``name`` cannot be a relation's name, or None: a control or format character (a
+    newline, a bidi override) would turn a one-line message, a log table or a model card into
+    something else."""
+    for ch in name:
+        if unicodedata.category(ch) in ("Cc", "Cf", "Zl", "Zp"):
+            return f"a relation name holds the control character U+{ord(ch):04X}"
+    return None
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,11 @@ pickle). ``reltrain.artifacts`` reads it back, so whatever loads a checkpoint ta
 
 from __future__ import annotations
 
+import html
 import json
 import logging
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -158,21 +160,32 @@ def _training_data(cfg: dict, artifact: Artifact, summary: dict) -> dict:
             for split in ("train", "valid", "test")}
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]#|~])")  # what starts emphasis, code, links, tables
+
+
+def markdown_text(value: object) -> str:
+    """``value`` as literal text in Markdown: labels and file names come from the folder's
+    creator, and a model card is read on pages that render Markdown and HTML."""
+    text = "".join(" " if ch.isspace() or not ch.isprintable() else ch for ch in str(value))
+    text = html.escape(text, quote=True)
+    return _MARKDOWN.sub(r"\\\1", text)
+
+
 def model_card(config: dict, out: Path, onnx: bool = False) -> str:
     """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
     prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
     best = config["metrics"]["best"] or {}
-    labels = list(config["label2id"])
+    labels = [markdown_text(name) for name in config["label2id"]]
     header = ["---", "library_name: reltrain", f"language: {prep['language']}",
               "pipeline_tag: text-classification", "tags:", "- relation-extraction",
               f"- {config['model_type']}", "metrics:", "- macro_f1", "- micro_f1"]
     if test:
-        header += ["model-index:", f"- name: {out.name}", "  results:", "  - task:",
+        header += ["model-index:", f"- name: {json.dumps(out.name)}", "  results:", "  - task:",
                    "      type: relation-extraction", "    metrics:"]
         header += [f"    - type: {k}\n      value: {test[k]:.4f}" for k in
                    ("macro_f1", "micro_f1", "macro_precision", "macro_recall") if k in test]
     header.append("---")
-    rows = [f"| {split} | {d['file'] or '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
+    rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
             for split, d in config["training_data"].items()]
     shown = ("macro_f1", "micro_f1", "macro_precision", "macro_recall")
     scores = ("| macro-F1 | micro-F1 | macro-P | macro-R |\n|---|---|---|---|\n| "
@@ -182,7 +195,7 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
               f"({best['value']:.4f})." if best.get("metric") else "")
     return "\n".join(header) + f"""
 
-# {out.name}: relation extraction ({config['model_type']}, {prep['language']})
+# {markdown_text(out.name)}: relation extraction ({config['model_type']}, {prep['language']})
 
 Trained with reltrain {config['reltrain_version']}. Given a sentence and two entities (head,
 tail), it predicts which of {len(labels)} relations holds: {', '.join(labels)}.

@@ -34,6 +34,9 @@ class Predictor:
         self.precision = precision or FP32
         self.label_index = {name: i for i, name in enumerate(labels)}
         self.card: dict = {}  # the model card's metrics ("test", "best"), when it has them
+        # Tokens one example may have; None: any. Truncation keeps both entities whole, so two
+        # entities far apart make an example longer than data.max_len: a server refuses those.
+        self.max_tokens: int | None = None
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
@@ -72,6 +75,12 @@ class Predictor:
         enc = self.encoder
         split, _, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
                                      self.config.data.max_len)
+        if self.max_tokens is not None:
+            lengths = np.diff(split.offsets)
+            over = np.flatnonzero(lengths > self.max_tokens)
+            if over.size:
+                raise UserError(f"an entity pair spans {lengths[over[0]]} tokens from its head to "
+                                f"its tail; this model reads at most {self.max_tokens}")
         return split
 
     def dataset(self, records: list[Record]) -> RelationDataset:
@@ -116,16 +125,8 @@ class Predictor:
     def regroup(self, groups: list[tuple[object, list[Record]]], probs: Iterator[np.ndarray],
                 top_k: int) -> list[dict]:
         """The results of ``expand(items)`` from the probabilities of its records, in order."""
-        out = []
-        for item, records in groups:
-            if isinstance(item, EntitySentence):
-                pairs = [self._result(rec, next(probs), top_k) for rec in records]
-                out.append({"text": item.text,
-                            "entities": [{"name": e.name, "pos": [e.start, e.end]} for e in item.entities],
-                            "pairs": [{k: v for k, v in p.items() if k != "text"} for p in pairs]})
-            else:
-                out.append(self._result(item, next(probs), top_k))
-        return out
+        records = (rec for _, group in groups for rec in group)
+        return group_results(groups, (self._result(rec, p, top_k) for rec, p in zip(records, probs)))
 
     def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
                      tail_offset: int | None = None, top_k: int = 3) -> dict:
@@ -164,6 +165,21 @@ def expand(items: list) -> list[tuple[object, list[Record]]]:
     """Each item with the records to predict for it: a record itself, every pair of an
     EntitySentence."""
     return [(item, item.pairs() if isinstance(item, EntitySentence) else [item]) for item in items]
+
+
+def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[dict]) -> list[dict]:
+    """One answer per item of ``expand(items)`` from its records' results, in order: a record's
+    own, or a sentence's with every pair."""
+    results, out = iter(results), []
+    for item, records in groups:
+        if isinstance(item, EntitySentence):
+            pairs = [next(results) for _ in records]
+            out.append({"text": item.text,
+                        "entities": [{"name": e.name, "pos": [e.start, e.end]} for e in item.entities],
+                        "pairs": [{k: v for k, v in p.items() if k != "text"} for p in pairs]})
+        else:
+            out.append(next(results))
+    return out
 
 
 def make_record(text: str, head: str, tail: str, head_offset: int | None = None,

@@ -25,6 +25,7 @@ class BadRequest(Exception):
 class Limits:
     max_items: int  # examples per request, each entity pair counting
     max_text_chars: int
+    max_request_chars: int = 1_000_000  # text read for the whole request: each pair reads its own
 
 
 @dataclass
@@ -51,13 +52,20 @@ def parse_items(body: bytes, limits: Limits) -> Parsed:
     if len(objs) > limits.max_items:
         raise BadRequest(413, f"{len(objs)} examples in one request; at most {limits.max_items}",
                          "body")
-    items, count = [], 0
+    items, count, chars = [], 0, 0
     for i, one in enumerate(objs):
         where = f"[{i}]" if many else ""
-        count += _check_shape(one, where, limits)
+        examples, length = _check_shape(one, where, limits)
+        count, chars = count + examples, chars + examples * length
         if count > limits.max_items:
             raise BadRequest(413, f"more than {limits.max_items} examples (every pair of a "
                                   f"sentence's entities counts)", "body")
+        # Each pair is tokenized and answered on its own, so a sentence of many entities reads
+        # its text once per pair: that, not the body's size, is the work the request asks for.
+        if chars > limits.max_request_chars:
+            raise BadRequest(413, f"more than {limits.max_request_chars} characters of text to "
+                                  f"read (each example, every entity pair, reads its whole text)",
+                             "body")
         try:
             if "entities" in one or "h" in one or "token" in one:
                 items.append(json_record(one, "request", None, entity_lists=True))
@@ -69,9 +77,9 @@ def parse_items(body: bytes, limits: Limits) -> Parsed:
     return Parsed(items, many, sum(_examples(item) for item in items))
 
 
-def _check_shape(one: object, where: str, limits: Limits) -> int:
+def _check_shape(one: object, where: str, limits: Limits) -> tuple[int, int]:
     """Keys and lengths of one example, before it is built; the examples it asks for (at most:
-    pairs of one span with itself are dropped later)."""
+    pairs of one span with itself are dropped later) and the characters each reads."""
     def field(name: str) -> str:
         return f"{where}.{name}".lstrip(".")
 
@@ -94,12 +102,12 @@ def _check_shape(one: object, where: str, limits: Limits) -> int:
         _check_entity(one.get(role), field(role))
     entities = one.get("entities")
     if not isinstance(entities, list):
-        return 1
+        return 1, length
     pairs = len(entities) * (len(entities) - 1)
     if pairs <= limits.max_items:  # else refused by the caller, before any entity is looked at
         for i, entity in enumerate(entities):
             _check_entity(entity, field(f"entities[{i}]"))
-    return pairs
+    return pairs, length
 
 
 def _check_entity(entity: object, name: str) -> None:

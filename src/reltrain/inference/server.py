@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
 from reltrain.errors import UserError
-from reltrain.inference.batcher import Batcher, Busy, ItemFailed
+from reltrain.inference.batcher import Batcher, Busy, ItemFailed, Unavailable
 from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
 
 log = logging.getLogger("reltrain.serve")
@@ -39,6 +39,7 @@ class ServeOptions:
     max_body_bytes: int = 1_000_000
     max_items: int = 1024
     max_text_chars: int = 10_000
+    max_request_chars: int = 1_000_000  # text read per request, each entity pair reading its own
     threads: int = 0  # torch threads per process; 0: the cores shared among the workers
     amp: str = "auto"
     max_queue: int = 4096  # examples waiting for the model; beyond: 503
@@ -48,9 +49,9 @@ class ServeOptions:
     def __post_init__(self):
         check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
         if min(self.max_batch, self.top_k, self.max_items, self.max_text_chars,
-               self.max_body_bytes, self.max_queue) < 1:
-            raise UserError("--max-batch, --top-k, --max-items, --max-text-chars and --max-queue "
-                            "must be at least 1")
+               self.max_request_chars, self.max_body_bytes, self.max_queue) < 1:
+            raise UserError("--max-batch, --top-k, --max-items, --max-text-chars, "
+                            "--max-request-chars and --max-queue must be at least 1")
         if self.max_wait_ms < 0 or self.body_timeout_s <= 0:
             raise UserError("--max-wait-ms must be >= 0 and --body-timeout-s positive")
         if self.max_queue < self.max_items:
@@ -95,7 +96,7 @@ def create_app(options: ServeOptions):
 
     state: dict = {}
     metrics = Metrics()
-    limits = Limits(options.max_items, options.max_text_chars)
+    limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
     _access_log_to_stderr(options.access_log)
 
     @asynccontextmanager
@@ -109,6 +110,7 @@ def create_app(options: ServeOptions):
         _quiet_fd_exhaustion()
         predictor = Predictor.from_checkpoint(options.model, device=options.device,
                                               runtime=options.runtime, amp=options.amp)
+        predictor.max_tokens = predictor.config.data.max_len
         batcher = Batcher(predictor, options.max_batch, options.max_wait_ms / 1000,
                           options.max_queue, metrics)
         state.update(predictor=predictor, batcher=batcher, info=model_info(predictor, options))
@@ -117,6 +119,7 @@ def create_app(options: ServeOptions):
         gc.collect()
         gc.freeze()
         task = asyncio.create_task(batcher.run())
+        task.add_done_callback(_exit_if_failed)
         try:
             yield
         finally:
@@ -143,12 +146,16 @@ def create_app(options: ServeOptions):
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", **state["batcher"].counts, "queued": state["batcher"].queued}
+        batcher = state["batcher"]
+        if batcher.stopped:
+            return JSONResponse({"status": "failed", "reason": batcher.stopped}, status_code=503)
+        return {"status": "ok", **batcher.counts, "queued": batcher.queued}
 
     @app.get("/ready")
     async def ready():
-        if _draining:
-            return JSONResponse({"ready": False, "reason": "draining"}, status_code=503)
+        if _draining or state["batcher"].stopped:
+            reason = "draining" if _draining else "failed"
+            return JSONResponse({"ready": False, "reason": reason}, status_code=503)
         return {"ready": True}
 
     @app.get("/model")
@@ -173,13 +180,20 @@ def create_app(options: ServeOptions):
             # A body of more than a few examples is parsed off the event loop.
             parsed = (parse_items(body, limits) if len(body) < _INLINE_BODY
                       else await asyncio.to_thread(parse_items, body, limits))
-            results = await state["batcher"].predict(parsed.items, k, parsed.examples)
+            from reltrain.inference.predictor import expand, group_results
+
+            groups = expand(parsed.items)
+            records = [record for _, records in groups for record in records]
+            results = await state["batcher"].predict(
+                records, k, lambda answers: group_results(groups, answers))
         except BadRequest as exc:
             return error(exc.status, exc.message, exc.field)
         except Busy as exc:
             return error(503, f"the server is busy ({exc}); retry later", None, {"Retry-After": "1"})
         except ItemFailed as exc:
             return error(422, str(exc), "body")
+        except Unavailable as exc:
+            return error(503, f"the server cannot predict ({exc}); it is stopping", None)
         return results if parsed.many else results[0]
 
     return app
@@ -249,6 +263,13 @@ async def _read_body(request, limit: int, timeout: float) -> bytes:
     except ClientDisconnect:
         raise BadRequest(400, "the client closed the connection before its body was sent",
                          "body") from None
+
+
+def _exit_if_failed(task: asyncio.Task) -> None:
+    """The model loop ended by an error of its own (``Batcher.run`` has answered every waiting
+    request): stop the process as SIGTERM would, so that a supervisor starts a new one."""
+    if not task.cancelled() and task.exception() is not None:
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def model_info(predictor, options: ServeOptions) -> dict:

@@ -12,7 +12,7 @@ import torch
 import torch.nn as nn
 
 from reltrain.config import METRICS
-from reltrain.errors import Preempted
+from reltrain.errors import Preempted, SharedUserError
 from reltrain.models.dropout import example_noise_seeds
 from reltrain.precision import FP32
 from reltrain import distributed as D
@@ -120,7 +120,7 @@ class Trainer:
                                              float(examples - done.examples)])
         loss = loss_sum / max(count, 1)
         if not math.isfinite(loss):
-            raise FloatingPointError(f"training loss became {loss} in epoch {epoch}; lower train.lr")
+            raise SharedUserError(f"training loss became {loss} in epoch {epoch}; lower train.lr")
         return {"epoch": epoch, "train_loss": loss, "lr": self.optimizer.param_groups[0]["lr"],
                 "step": state.step, "world_size": self.ctx.world_size,
                 "batch_size": self.cfg.batch_size, "accum_steps": self.cfg.accum_steps,

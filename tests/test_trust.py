@@ -1,0 +1,149 @@
+"""Input from a stranger, second round (issue 35): numbers past int()'s limit, weights that
+declare more than they store or are not finite, configs that expand or nest without end, and
+names that would rewrite a model card. Each is one line, exit 2, bounded."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+
+import reltrain
+from reltrain.cli import main
+from reltrain.errors import UserError
+
+from conftest import cli_error, data_overrides, run_cli, user_error
+
+HUGE = "1" * 5000  # past Python's 4,300-digit limit for int()
+
+
+@pytest.fixture(scope="module")
+def checkpoint(small_en, tmp_path_factory):
+    root = tmp_path_factory.mktemp("trust")
+    assert main(["train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
+                 "log.plots=false", "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
+    return root / "run" / "checkpoints" / "best.pt"
+
+
+def tampered(checkpoint, tmp_path, change) -> str:
+    payload = copy.deepcopy(torch.load(checkpoint, weights_only=True))
+    change(payload)
+    path = tmp_path / "tampered.pt"
+    torch.save(payload, path)
+    return str(path)
+
+
+def refused(path: str, match: str) -> None:
+    with pytest.raises(UserError, match=match):
+        reltrain.load(path)
+
+
+def test_a_number_past_the_digit_limit_is_a_bad_row_not_a_traceback(checkpoint, small_en,
+                                                                     tmp_path, capsys):
+    good = '{"text": "alice was born in paris", "h": {"pos": [0, 5]}, "t": {"pos": [18, 23]}}'
+    bad = good.replace("[0, 5]", f"[0, {HUGE}]")
+    data = tmp_path / "rows.jsonl"
+    data.write_text(f"{good}\n{bad}\n{good}\n")
+    out = tmp_path / "out.jsonl"
+    capsys.readouterr()
+    assert main(["predict", str(checkpoint), str(data), "--skip-bad-rows", "--output", str(out)]) == 0
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "relation" in lines[0] and "relation" in lines[2]
+    assert "5000 digits" in lines[1]["error"]
+    assert "5000 digits" in cli_error(capsys, "predict", str(checkpoint), str(data))
+    # Training data, a labels file's index, a config file and an override.
+    train = tmp_path / "train.jsonl"
+    train.write_text(open(small_en["train"]).read() + bad.replace("}}", '}, "relation": "x"}') + "\n")
+    assert "5000 digits" in cli_error(capsys, "train", f"data.train={train}")
+    labels = tmp_path / "relation.csv"
+    labels.write_text(f"head_type,tail_type,relation,index\nA,B,born_in,{HUGE}\n")
+    line = cli_error(capsys, "train", *data_overrides({**small_en, "labels": str(labels)}))
+    assert "at most 18 digits" in line and len(line) < 300
+    config = tmp_path / "c.yaml"
+    config.write_text(f"train:\n  epochs: {HUGE}\n")
+    assert "a number of 5000 characters" in cli_error(capsys, "train", "--config", str(config))
+    assert "a number of 5000 characters" in cli_error(capsys, "train", f"train.epochs={HUGE}")
+    config.write_text("train:\n  lr: 1e400\n")
+    assert "train.lr must be a finite number" in cli_error(capsys, "train", "--config", str(config))
+    assert "train.lr must be a finite number" in cli_error(capsys, "train", "train.lr=1e400")
+
+
+def test_hostile_config_files_are_one_line_and_bounded(tmp_path, capsys):
+    cases = {
+        # 9^6 list items from 200 bytes: refused before any is built.
+        "bomb.yaml": ("a: &a [1,1,1,1,1,1,1,1,1]\nb: &b [*a,*a,*a,*a,*a,*a,*a,*a,*a]\n"
+                      "c: &c [*b,*b,*b,*b,*b,*b,*b,*b,*b]\ndata:\n  train: [*c,*c,*c,*c,*c]\n",
+                      "aliases"),
+        "deep.yaml": ("data: " + "[" * 5000 + "]" * 5000 + "\n", "nested more than"),
+        "deep.json": ('{"data": ' + "[" * 100_000 + "]" * 100_000 + "}", "nested more than"),
+        "list.yaml": ("- 1\n- 2\n", "not a list"),
+    }
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert expected in cli_error(capsys, "train", "--config", str(tmp_path / name)), name
+    (tmp_path / "binary.yaml").write_bytes(bytes(range(128, 256)) * 4)
+    assert "not UTF-8 text" in cli_error(capsys, "train", "--config", str(tmp_path / "binary.yaml"))
+    (tmp_path / "big.yaml").write_text("# padding\n" * 200_000)
+    assert "KiB; not a config" in cli_error(capsys, "train", "--config", str(tmp_path / "big.yaml"))
+    assert "aliases" in cli_error(capsys, "train", "data.train=[*a]")
+
+
+def test_weights_that_declare_more_than_they_store_are_refused(checkpoint, tmp_path):
+    def expanded(payload):  # 24 bytes on disk, a (10^6, width) table once built
+        weight = payload["model"]["embed.word.weight"]
+        payload["model"]["embed.word.weight"] = torch.zeros(1, weight.shape[1]).expand(
+            1_000_000, weight.shape[1])
+        payload["vocab"] = payload["vocab"] + [f"t{i}" for i in range(1_000_000 - len(payload["vocab"]))]
+
+    refused(tampered(checkpoint, tmp_path, expanded), "an expanded or overlapping view")
+
+    def shared(payload):  # every conv weight a view of one storage
+        convs = [k for k in payload["model"] if k.startswith("convs.") and k.endswith("weight")]
+        big = payload["model"][convs[-1]]
+        for key in convs:
+            payload["model"][key] = big[:, :, :payload["model"][key].shape[2]]
+
+    refused(tampered(checkpoint, tmp_path, shared), "share their storage")
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf")])
+def test_weights_that_are_not_finite_are_refused(checkpoint, tmp_path, value):
+    def poison(payload):
+        payload["model"]["classifier.weight"][0, 0] = value
+
+    path = tampered(checkpoint, tmp_path, poison)
+    refused(path, "NaN or infinite")
+    assert "NaN or infinite" in user_error(run_cli("predict", path, "--text", "a b", "--head", "a",
+                                                   "--tail", "b"))
+
+
+def test_a_version_of_the_wrong_type_is_one_line(checkpoint, tmp_path):
+    refused(tampered(checkpoint, tmp_path, lambda p: p.update(version="1")), "format version")
+    refused(tampered(checkpoint, tmp_path, lambda p: p["config"]["train"].update(lr=10**400)),
+            "train.lr must be a finite number")
+
+
+def test_label_names_cannot_break_lines_or_the_model_card(checkpoint, small_en, tmp_path, capsys):
+    refused(tampered(checkpoint, tmp_path, lambda p: p["labels"].__setitem__(0, "a\n## Use")),
+            "control character U\\+000A")
+    hostile = "<script>alert(1)</script>"
+    path = tampered(checkpoint, tmp_path, lambda p: p["labels"].__setitem__(0, hostile))
+    payload = torch.load(path, weights_only=True)
+    payload["config"]["data"]["train"] = "[click](x) <img src=x>.jsonl"
+    torch.save(payload, path)
+    assert main(["export", path, str(tmp_path / "out")]) == 0
+    card = (tmp_path / "out" / "README.md").read_text()
+    assert "<script>" not in card and "&lt;script&gt;" in card
+    assert "<img" not in card and "\\[click\\]" in card
+    labels = tmp_path / "labels.txt"
+    labels.write_text("born_in\nnote\u202eevil\n")
+    assert "U+202E" in cli_error(capsys, "train",
+                                 *data_overrides({**small_en, "labels": str(labels)}))
+
+
+def test_an_option_spelled_as_a_flag_gets_a_hint(capsys):
+    with pytest.raises(SystemExit):
+        main(["train", "--data.train=x.csv"])
+    assert "key=value without dashes: data.train=x.csv" in capsys.readouterr().err
