@@ -54,6 +54,8 @@ def test_hostile_bodies_are_4xx_naming_what_is_wrong(server):
                      "t": {"pos": [1, 2]}}).encode(), 422, "token"),
         (json.dumps(sentence).encode(), 413, "body"),  # 16 million pairs, refused before any
         (b"\xff\xfe not utf-8", 400, "body"),
+        (b'{"text": "a b", "head": "a", "tail": "b", "head_offset": ' + b"9" * 5000 + b"}", 400,
+         "body"),  # past int()'s 4,300-digit limit
     ]
     for body, status, field in cases:
         got, _, answer = raw(server.port, "POST", "/predict", body)

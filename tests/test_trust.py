@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 
 import pytest
 import torch
@@ -147,3 +148,69 @@ def test_an_option_spelled_as_a_flag_gets_a_hint(capsys):
     with pytest.raises(SystemExit):
         main(["train", "--data.train=x.csv"])
     assert "key=value without dashes: data.train=x.csv" in capsys.readouterr().err
+
+
+def test_a_run_never_writes_through_a_link_or_into_a_foreign_folder(small_en, tmp_path, capsys):
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep me")
+    for name in ("config.yaml", "summary.json", "train.log", "metrics.jsonl"):
+        run = tmp_path / f"run-{name}"
+        run.mkdir()
+        (run / name).symlink_to(outside)
+        assert "is a link" in cli_error(capsys, "train", *data_overrides(small_en),
+                                        "train.epochs=1", f"output_dir={run}")
+    run = tmp_path / "run-ckpt"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "checkpoints" / "last.pt").symlink_to(outside)
+    assert "is a link" in cli_error(capsys, "train", *data_overrides(small_en), f"output_dir={run}")
+    assert outside.read_text() == "keep me"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "thesis.tex").write_text("years of work")
+    line = cli_error(capsys, "train", *data_overrides(small_en), f"output_dir={home}")
+    assert "holds 'thesis.tex'" in line and "not a run directory" in line
+    assert sorted(p.name for p in home.iterdir()) == ["thesis.tex"]
+
+
+def test_a_shared_cache_entry_of_another_user_is_not_reused(tmp_path, caplog):
+    import os
+
+    from reltrain.config import load_config
+    from reltrain.data.preprocess import prepare
+
+    from conftest import ZH_ROWS, write_csv
+
+    path = write_csv(tmp_path / "train.csv", ZH_ROWS)
+    data = load_config(None, [f"data.train={path}", "data.language=zh", "data.min_freq=1",
+                              f"data.cache_dir={tmp_path / 'shared'}"]).data
+    first = prepare(data)
+    entry = first.cache_path
+    labels = entry / "labels.json"
+    planted = json.loads(labels.read_text())[::-1]  # two relations swapped by someone else
+    labels.write_text(json.dumps(planted, ensure_ascii=False))
+    os.chmod(labels, 0o666)
+    again = prepare(data)
+    assert not again.reused and again.labels == first.labels
+    assert "not reused" in caplog.text
+    if os.getuid() == 0:  # as root, a file of another user can be made
+        os.chmod(labels, 0o644)
+        os.chown(labels, 65534, 65534)
+        third = prepare(data)
+        assert not third.reused and third.labels == first.labels
+
+
+def test_jieba_keeps_its_cache_in_reltrains_own_folder(tmp_path):
+    import marshal
+    import subprocess
+    import sys
+
+    folder = tmp_path / "xdg" / "reltrain" / "jieba"
+    folder.mkdir(parents=True, mode=0o700)
+    (folder / "jieba.cache").write_bytes(marshal.dumps(["not", "a", "dictionary"]))
+    code = ("import jieba; from reltrain.data.segment import jieba_words; "
+            "print(jieba_words('张玲导演说很满意'), jieba.dt.tmp_dir)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
+    assert out.returncode == 0, out.stderr
+    assert "'张玲', '导演'" in out.stdout and str(folder) in out.stdout
+    assert isinstance(marshal.loads((folder / "jieba.cache").read_bytes())[0], dict)  # rebuilt

@@ -41,8 +41,10 @@ def run_log(path: Path | None):
     if path is None:
         yield
         return
+    from reltrain.output import open_append
+
     logger = logging.getLogger(_LOGGER)
-    handler = logging.FileHandler(path, encoding="utf-8")
+    handler = logging.StreamHandler(open_append(path))
     handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%Y-%m-%d %H:%M:%S"))
     handler.setLevel(logging.INFO)
     level = logger.level
@@ -53,7 +55,7 @@ def run_log(path: Path | None):
         yield
     finally:
         logger.removeHandler(handler)
-        handler.close()
+        handler.stream.close()
         logger.setLevel(level)
 
 

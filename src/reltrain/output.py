@@ -22,11 +22,20 @@ def check_output(output: str | None, inputs: tuple[str | None, ...]) -> None:
 
 
 def write_output(output: str, text: str) -> None:
-    """Write ``text`` to ``output``; a failure is a one-line error."""
+    """Replace ``output`` with ``text`` (a link there is replaced, never followed); a failure is a
+    one-line error."""
+    with atomic_file(output) as f:
+        f.write(text)
+
+
+def open_append(path: str | Path):
+    """``path`` opened to append text, created if missing; a link there is refused, not followed
+    (another user's link in a shared run directory would send the writes elsewhere)."""
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        return os.fdopen(os.open(path, flags, 0o644), "a", encoding="utf-8")
     except OSError as exc:
-        raise UserError(f"cannot write {output}: {exc.strerror or exc}") from None
+        raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
 
 
 @contextmanager

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import shutil
+import stat
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,9 +165,14 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
-    prepared = _load_cached(path) if path.exists() else None
+    foreign = path.exists() and not owned_privately(path)
+    if foreign:  # in a shared data.cache_dir: planted, or open to others' changes
+        log.warning("%s belongs to another user or others may write it: not reused; tokenizing "
+                    "without the cache (set data.cache_dir to a folder of your own)", path)
+    prepared = _load_cached(path) if path.exists() and not foreign else None
     if prepared is None:
-        prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars)
+        prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars,
+                                   cache=not foreign)
     if lm_folder and prepared.lm is None:
         from reltrain.data.lm import LMTokenizer
 
@@ -231,20 +237,35 @@ def _no_cache(path: Path, exc: OSError) -> None:
                 "(set data.cache_dir to a writable folder)", path.parent, exc.strerror or exc)
 
 
-def _built_in_child(data_cfg, path: Path, *options) -> Prepared:
+def owned_privately(path: Path) -> bool:
+    """``path`` and what it holds are this user's, not links, and not writable by everyone: only
+    then is a cache entry in a shared folder what this user's own run wrote."""
+    if not hasattr(os, "getuid"):
+        return True
+    try:
+        entries = [path] + [os.path.join(top, name) for top, dirs, files in os.walk(path)
+                            for name in dirs + files]
+        infos = [os.lstat(p) for p in entries]
+    except OSError:
+        return False
+    return all(i.st_uid == os.getuid() and not i.st_mode & stat.S_IWOTH and not stat.S_ISLNK(i.st_mode)
+               for i in infos)
+
+
+def _built_in_child(data_cfg, path: Path, *options, cache: bool = True) -> Prepared:
     """``_build_and_save`` in a child that ends, handing its result over through the cache entry:
     the training process never holds jieba's dictionary or the garbage of segmentation."""
     def stop():
         stops.check("while preprocessing; nothing to save")
 
-    built = _writable(path.parent) and children.call(_build_and_save, data_cfg, path, *options,
-                                                      stop=stop)
+    built = cache and _writable(path.parent) and children.call(_build_and_save, data_cfg, path,
+                                                               *options, stop=stop)
     if built:
-        prepared = _load_cached(path)
+        prepared = _load_cached(path) if owned_privately(path) else None
         if prepared is not None:
             prepared.reused = False
             return prepared
-    else:
+    elif cache:
         log.warning("cannot write the preprocessing cache under %s: continuing without a cache "
                     "(set data.cache_dir to a writable folder)", path.parent)
     with tempfile.TemporaryDirectory(prefix="reltrain-data-") as scratch:  # for the hand-over

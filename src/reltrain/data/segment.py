@@ -20,12 +20,33 @@ def _jieba():
     import jieba.finalseg  # the HMM, called per unknown run: imported once here
 
     jieba.setLogLevel(logging.WARNING)
+    # jieba's default cache is /tmp/jieba.cache, loaded whoever wrote it: another user could plant
+    # a segmentation there. This user's own folder instead.
+    jieba.dt.tmp_dir = _private_folder()
     jieba.marshal = _WholeFileMarshal  # only initialize() uses it; marshal again after
     try:
         jieba.initialize()
     finally:
         jieba.marshal = marshal
     return jieba
+
+
+def _private_folder() -> str:
+    """``$XDG_CACHE_HOME/reltrain/jieba``, made private to this user; a fresh temporary folder
+    where that cannot be had (it is then rebuilt at each start, a second)."""
+    import os
+    import tempfile
+
+    from reltrain.data.preprocess import default_cache_dir, owned_privately
+
+    folder = default_cache_dir() / "jieba"
+    try:
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if owned_privately(folder):
+            return str(folder)
+    except OSError:
+        pass
+    return tempfile.mkdtemp(prefix="reltrain-jieba-")
 
 
 class _WholeFileMarshal:
@@ -36,7 +57,10 @@ class _WholeFileMarshal:
 
     @staticmethod
     def load(file):
-        return marshal.loads(file.read())
+        freq, total = marshal.loads(file.read())  # anything else: jieba rebuilds the cache
+        if not isinstance(freq, dict) or not isinstance(total, int):
+            raise ValueError("not a jieba dictionary cache")
+        return freq, total
 
 
 @lru_cache(maxsize=1)

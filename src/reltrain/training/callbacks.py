@@ -45,12 +45,13 @@ class MetricsLog(Callback):
         self.path = path
 
     def on_epoch_end(self, record, state):
+        from reltrain.errors import UserError
+        from reltrain.output import open_append
+
         try:
-            with open(self.path, "a", encoding="utf-8") as f:
+            with open_append(self.path) as f:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
         except OSError as exc:
-            from reltrain.errors import UserError
-
             raise UserError(f"cannot write {self.path}: {exc.strerror or exc}") from None
 
 

@@ -10,11 +10,16 @@ import time
 from pathlib import Path
 
 from reltrain.errors import UserError
+from reltrain.output import write_output
 from reltrain import distributed as D
 
 log = logging.getLogger(__name__)
 
 LOCK_NAME = ".lock"
+# Everything a run writes at the top of its directory; a folder holding anything else is not a
+# run, and a run started there could overwrite the user's files.
+RUN_ENTRIES = frozenset({LOCK_NAME, "config.yaml", "train.log", "metrics.jsonl", "summary.json",
+                         "checkpoints", "plots", "tensorboard", "test_predictions.jsonl"})
 
 
 def new_run_dir(cfg) -> Path:
@@ -47,6 +52,7 @@ class RunDirLock:
         self._fd: int | None = None
 
     def acquire(self) -> None:
+        check_run_dir(self.path.parent)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             import fcntl
@@ -77,6 +83,27 @@ class RunDirLock:
             self._fd = None
 
 
+def check_run_dir(run_dir: Path) -> None:
+    """A run writes only into a new or empty folder or a run's own, and never through a link
+    inside it (a ``config.yaml`` link would make the run overwrite the file it points to)."""
+    if not run_dir.is_dir():
+        return
+    try:
+        top = list(os.scandir(run_dir))
+        inner = [entry for sub in ("checkpoints", "plots") if (run_dir / sub).is_dir()
+                 and not (run_dir / sub).is_symlink() for entry in os.scandir(run_dir / sub)]
+    except OSError as exc:
+        raise UserError(f"cannot read the run directory {run_dir}: {exc.strerror or exc}") from None
+    foreign = sorted(e.name for e in top if e.name not in RUN_ENTRIES)
+    if foreign:
+        raise UserError(f"output_dir {run_dir} holds '{foreign[0][:80]}', which a reltrain run "
+                        f"does not write: it is not a run directory; choose a new or empty folder")
+    links = [e.path for e in top + inner if e.is_symlink()]
+    if links:
+        raise UserError(f"{links[0]} is a link; a run directory holds its own files (a run "
+                        f"would write through the link); remove it")
+
+
 def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
     """Write the resolved config; on resume keep the metrics of the epochs already finished."""
     from omegaconf import OmegaConf
@@ -86,10 +113,9 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
         for stale in (run_dir / "checkpoints").glob("*.tmp"):  # left by a write that was killed
             stale.unlink()
-        (run_dir / "config.yaml").write_text(OmegaConf.to_yaml(OmegaConf.structured(cfg)))
+        write_output(str(run_dir / "config.yaml"), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         kept = [r for r in read_history(run_dir) if r["epoch"] < next_epoch]
-        log_path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept),
-                            encoding="utf-8")
+        write_output(str(log_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     except OSError as exc:
         raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
 
