@@ -53,7 +53,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
     from reltrain.config import load_config
     from reltrain.inference.predictor import Predictor
     from reltrain.data.readers import read_records
-    from reltrain.train import run_train
+    from reltrain.train_cmd import run_train
 
     cfg = load_config(str(recipe(model)), [
         f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",

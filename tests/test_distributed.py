@@ -206,7 +206,7 @@ TEARDOWN_SCRIPT = """
 import json, os, sys
 from pathlib import Path
 from reltrain.config import load_config
-from reltrain.train import run_train
+from reltrain.train_cmd import run_train
 
 run_train(load_config(overrides=sys.argv[2:]))
 names = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task"))

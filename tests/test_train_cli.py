@@ -240,7 +240,7 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
     from transformers.utils import logging as hf_logging
 
     from reltrain.config import load_config
-    from reltrain.train import run_train
+    from reltrain.train_cmd import run_train
 
     logger = logging.getLogger("reltrain")
     before = (list(logger.handlers), logger.propagate, logger.level)

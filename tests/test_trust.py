@@ -214,3 +214,40 @@ def test_jieba_keeps_its_cache_in_reltrains_own_folder(tmp_path):
     assert out.returncode == 0, out.stderr
     assert "'张玲', '导演'" in out.stdout and str(folder) in out.stdout
     assert isinstance(marshal.loads((folder / "jieba.cache").read_bytes())[0], dict)  # rebuilt
+
+
+def test_every_model_command_takes_a_run_directory(checkpoint, small_en, capsys):
+    run_dir = checkpoint.parent.parent
+    capsys.readouterr()
+    assert main(["predict", str(run_dir), "--text", "alice was born in paris", "--head", "alice",
+                 "--tail", "paris"]) == 0
+    assert json.loads(capsys.readouterr().out)["relation"]
+    assert main(["evaluate", str(run_dir), small_en["test"]]) == 0
+    assert "macro_f1" in json.loads(capsys.readouterr().out)
+    assert reltrain.load(run_dir).labels == reltrain.load(checkpoint).labels
+    assert "not found (a checkpoint, a run directory" in cli_error(
+        capsys, "predict", str(run_dir / "nothing"), "--text", "a b", "--head", "a", "--tail", "b")
+
+
+def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
+    summary = reltrain.train({"data": {k: v for k, v in small_en.items()},
+                              "model": {"cnn": {"num_filters": 8}}},
+                             {"train.epochs": 1, "log.progress": False, "log.plots": False,
+                              "output_dir": str(tmp_path / "run")})
+    assert 0 <= summary["test"]["macro_f1"] <= 1 and summary["world_size"] == 1
+    model = reltrain.load(tmp_path / "run")
+    text = "alice was born in paris"
+    rows = [{"text": text, "h": {"pos": [0, 5]}, "t": {"pos": [18, 23]}},
+            {"text": text, "head": "alice", "tail": "paris"},
+            {"text": text, "entities": [{"pos": [0, 5]}, {"pos": [18, 23]}]}]
+    answers = model.predict_rows(rows, top_k=2)
+    assert answers[0]["relation"] == answers[1]["relation"] == answers[2]["pairs"][0]["relation"]
+    assert len(answers[0]["top_k"]) == 2 and len(answers[2]["pairs"]) == 2
+    with pytest.raises(ValueError, match=r"rows\[1\]\.h\.pos"):
+        model.predict_rows([rows[0], {"text": "a b", "h": {"pos": [0, 9]}, "t": {"pos": [2, 3]}}])
+    with pytest.raises(ValueError, match=r"rows\[0\]: expected a JSON object, got str"):
+        model.predict_rows(["alice"])
+    with pytest.raises(UserError, match="^head_offset 40: outside the text"):
+        model.predict_text(text, head="alice", tail="paris", head_offset=40)
+    with pytest.raises(UserError, match="train.epochs"):
+        reltrain.train(overrides=["train.epochs=0"])

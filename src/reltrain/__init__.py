@@ -5,7 +5,7 @@ from __future__ import annotations
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load"]
+__all__ = ["__version__", "load", "train"]
 
 
 def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
@@ -14,3 +14,40 @@ def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
     from reltrain.inference.predictor import Predictor
 
     return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)
+
+
+def train(config=None, overrides=None) -> dict:
+    """Train a model in this process and return its summary (what ``summary.json`` holds).
+
+    ``config``: a YAML/JSON file, or a mapping of sections (``{"data": {"train": "t.csv"}}``);
+    ``overrides``: ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys
+    are those of ``reltrain train --help``; a bad one raises ``reltrain.errors.UserError`` with
+    the message the command line prints. Several processes: ``torchrun ... -m reltrain train``.
+    """
+    import json
+
+    from reltrain.config import load_config
+    from reltrain.distributed import launched
+    from reltrain.errors import UserError
+    from reltrain.train_cmd import run_train
+
+    def dotted(mapping: dict, prefix: str = ""):
+        for key, value in mapping.items():
+            if isinstance(value, dict):
+                yield from dotted(value, f"{prefix}{key}.")
+            else:  # JSON is YAML: the value reads back as the same number, string or list
+                yield f"{prefix}{key}={json.dumps(value, ensure_ascii=False)}"
+
+    if config is not None and not isinstance(config, (str, dict)) and not hasattr(config, "__fspath__"):
+        raise UserError("config must be a file path or a mapping of options")
+    items = list(dotted(config)) if isinstance(config, dict) else []
+    if isinstance(overrides, dict):
+        items += list(dotted(overrides))
+    elif overrides:
+        items += [str(item) for item in overrides]
+    path = None if config is None or isinstance(config, dict) else str(config)
+    cfg = load_config(path, items)
+    if cfg.devices > 1 and not launched():
+        raise UserError("devices=N starts N processes: use 'reltrain train devices=N ...' or "
+                        "torchrun from a shell; from Python, train in this process")
+    return run_train(cfg)

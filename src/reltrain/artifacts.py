@@ -354,8 +354,25 @@ def read_exported(folder: str | Path) -> Artifact:
     return Artifact.from_payload(payload, str(folder))
 
 
+def model_source(path: str | Path) -> Path:
+    """What ``path`` names as a model: a checkpoint, an exported folder, or a run directory
+    (its ``checkpoints/best.pt``)."""
+    path = Path(path)
+    if path.is_dir() and not is_exported(path):
+        best = path / "checkpoints" / "best.pt"
+        if not best.is_file():
+            raise UserError(f"{path}: neither an exported folder (no {CONFIG}) nor a run "
+                            f"directory (no checkpoints/best.pt)")
+        return best
+    if not path.exists():
+        raise UserError(f"{path}: not found (a checkpoint, a run directory or an exported folder)")
+    return path
+
+
 def load_artifact(path: str | Path) -> Artifact:
-    """A checkpoint (``.pt``) or an exported folder, checked."""
+    """A checkpoint (``.pt``), a run directory (its best checkpoint) or an exported folder,
+    checked."""
+    path = model_source(path)
     if is_exported(path):
         return read_exported(path)
     payload = load_checkpoint(path)

@@ -40,12 +40,12 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
     p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
-    p.add_argument("checkpoint", help="a .pt checkpoint or an exported folder")
+    p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
     p.add_argument("data", help="labelled .csv or .jsonl")
     p.add_argument("--output", metavar="FILE", help="also write the JSON here")
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
-    p.add_argument("checkpoint", help="a .pt checkpoint or an exported folder")
+    p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
     p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional); - reads "
                                            "standard input (JSON lines if its first row is an "
                                            "object, else CSV)")
@@ -77,7 +77,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="an HTTP JSON API with micro-batching (needs reltrain[serve])",
                        description="POST /predict (one example or a list), GET /health, GET /model. "
                                    "Concurrent requests are predicted in shared batches.")
-    p.add_argument("model", help="an exported folder or a .pt checkpoint")
+    p.add_argument("model", help="an exported folder, a run directory or a .pt checkpoint")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
                    "0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000, help="(default 8000)")
@@ -208,7 +208,7 @@ def _dispatch(args) -> int:
             from reltrain.distributed import launched
             from reltrain.launch import run_local_workers
             from reltrain.preprocess_cmd import run_preprocess
-            from reltrain.train import run_train
+            from reltrain.train_cmd import run_train
             from reltrain.training.run_dir import new_run_dir
 
             cfg = load_config(args.config, args.overrides)

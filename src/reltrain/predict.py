@@ -82,7 +82,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         if data is None:
             if text is None or head is None or tail is None:
                 raise UserError("give a DATA file, or --text with --head and --tail")
-            record = make_record(text, head, tail, head_offset, tail_offset)
+            record = make_record(text, head, tail, head_offset, tail_offset, cli=True)
             chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], o.top_k)]])
         else:
             mine = _predicted_chunks(predictor, data, o.top_k, o.skip_bad_rows, o.chunk_rows,

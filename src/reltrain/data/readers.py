@@ -330,6 +330,16 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
     return _finish(path, line, text, head, tail, relation, tokens)
 
 
+def example(obj: object, path: str = "<input>", line: int | None = None) -> Record | EntitySentence:
+    """One example to predict, in any of the three shapes (the JSONL row, a sentence with
+    ``entities``, or ``{"text", "head", "tail"}`` with entity strings)."""
+    if not isinstance(obj, dict):
+        raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
+    if "entities" in obj or "h" in obj or "token" in obj:
+        return json_record(obj, path, line, entity_lists=True)
+    return pair_record(obj, path, line)
+
+
 def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Record:
     """``{"text", "head", "tail"}`` with entity strings and optional ``head_offset`` /
     ``tail_offset`` (default: the first occurrence), as ``reltrain predict --text`` takes them."""

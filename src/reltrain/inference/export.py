@@ -13,25 +13,10 @@ import shutil
 from pathlib import Path
 
 from reltrain.artifacts import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
-                                is_exported, load_artifact, metric_values)
+                                is_exported, load_artifact, metric_values, model_source)
 from reltrain.errors import UserError
 
 log = logging.getLogger(__name__)
-
-
-def model_source(path: str | Path) -> Path:
-    """What ``path`` names as a model: a checkpoint, an exported folder, or a run directory
-    (its ``checkpoints/best.pt``)."""
-    path = Path(path)
-    if path.is_dir() and not is_exported(path):
-        best = path / "checkpoints" / "best.pt"
-        if not best.is_file():
-            raise UserError(f"{path}: neither an exported folder (no {CONFIG}) nor a run "
-                            f"directory (no checkpoints/best.pt)")
-        return best
-    if not path.exists():
-        raise UserError(f"{path}: not found (a checkpoint, a run directory or an exported folder)")
-    return path
 
 
 def export_model(source: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:

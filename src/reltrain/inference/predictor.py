@@ -11,7 +11,8 @@ import numpy as np
 import torch
 
 from reltrain import distributed as D
-from reltrain.artifacts import Artifact, build_checked_model, is_exported, load_artifact
+from reltrain.artifacts import (Artifact, build_checked_model, is_exported, load_artifact,
+                                model_source)
 from reltrain.config import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
@@ -47,7 +48,8 @@ class Predictor:
         if runtime not in RUNTIMES:
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
         ctx = ctx or _context(device)
-        onnx = _onnx_model(Path(path), is_exported(path), ctx.device) if runtime == "onnx" else None
+        path = model_source(path)  # a run directory: its best checkpoint
+        onnx = _onnx_model(path, is_exported(path), ctx.device) if runtime == "onnx" else None
         return cls.from_artifact(load_artifact(path), str(path), ctx=ctx, amp=amp, onnx=onnx)
 
     @classmethod
@@ -114,6 +116,24 @@ class Predictor:
 
         sentence = entity_sentence({"text": text, "entities": entities})
         return self.predict_any([sentence], top_k)[0]["pairs"]
+
+    def predict_rows(self, rows, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
+        """One answer per row, in order, each row a dict as ``reltrain predict`` reads a JSON
+        line: ``{"text", "h": {"pos": [start, end]}, "t": {...}}`` (or ``"token"``),
+        ``{"text", "entities": [...]}`` (every pair), or ``{"text", "head", "tail"}`` with
+        optional ``head_offset`` / ``tail_offset``. A bad row is a ``ValueError`` naming it:
+        ``rows[3].h.pos: ...``."""
+        from reltrain.data.readers import example
+        from reltrain.errors import DataError
+
+        items = []
+        for i, row in enumerate(rows):
+            try:
+                items.append(example(row, "rows"))
+            except DataError as exc:
+                where = f"rows[{i}]" + (f".{exc.field}" if exc.field else "")
+                raise ValueError(f"{where}: {exc.reason}") from None
+        return self.predict_any(items, top_k, batch_size)
 
     def predict_any(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
         """One result per ``Record`` or ``EntitySentence``, in order; all pairs batched together."""
@@ -183,26 +203,31 @@ def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[d
 
 
 def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
-                tail_offset: int | None = None) -> Record:
-    """A record from a sentence and entity strings; without an offset the first occurrence is used."""
+                tail_offset: int | None = None, cli: bool = False) -> Record:
+    """A record from a sentence and entity strings; without an offset the first occurrence is
+    used. Errors name the arguments as Python spells them, or with ``cli`` as the flags."""
+    def arg(key: str) -> str:
+        return "--" + key.replace("_", "-") if cli else key
+
     def locate(role: str, name: str, offset: int | None) -> Entity:
-        if not name or not name.strip():
-            raise UserError(f"--{role}: empty entity")
+        if not isinstance(name, str) or not name.strip():
+            raise UserError(f"{arg(role)}: empty entity")
         if offset is None:
             offset = text.find(name)
             if offset < 0:
-                raise UserError(f"--{role} '{name}' does not occur in the text")
+                raise UserError(f"{arg(role)} '{name[:80]}' does not occur in the text")
         if not 0 <= offset <= len(text) - len(name):
-            raise UserError(f"--{role}-offset {offset}: outside the text (a character offset "
-                            f"from 0 to {max(len(text) - len(name), 0)} for '{name}')")
+            raise UserError(f"{arg(role + '_offset')} {offset}: outside the text (a character "
+                            f"offset from 0 to {max(len(text) - len(name), 0)} for '{name[:80]}')")
         if text[offset:offset + len(name)] != name:
-            raise UserError(f"--{role}-offset {offset}: the text there is "
-                            f"'{text[offset:offset + len(name)]}', not '{name}'")
+            raise UserError(f"{arg(role + '_offset')} {offset}: the text there is "
+                            f"'{text[offset:offset + len(name)][:80]}', not '{name[:80]}'")
         return Entity(name, offset, offset + len(name))
 
-    if not text.strip():
-        raise UserError("--text is empty")
+    if not isinstance(text, str) or not text.strip():
+        raise UserError(f"{arg('text')} is empty")
     h, t = locate("head", head, head_offset), locate("tail", tail, tail_offset)
     if (h.start, h.end) == (t.start, t.end):
-        raise UserError("head and tail are the same span; give --head-offset / --tail-offset")
+        raise UserError(f"head and tail are the same span; give {arg('head_offset')} / "
+                        f"{arg('tail_offset')}")
     return Record(text=text, head=h, tail=t, relation=None, source="<command line>")

@@ -37,7 +37,7 @@ class Parsed:
 
 def parse_items(body: bytes, limits: Limits) -> Parsed:
     """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
-    from reltrain.data.readers import json_record, pair_record, parse_json
+    from reltrain.data.readers import example, parse_json
 
     try:
         obj = parse_json(body.decode("utf-8"), "body")
@@ -67,10 +67,7 @@ def parse_items(body: bytes, limits: Limits) -> Parsed:
                                   f"read (each example, every entity pair, reads its whole text)",
                              "body")
         try:
-            if "entities" in one or "h" in one or "token" in one:
-                items.append(json_record(one, "request", None, entity_lists=True))
-            else:
-                items.append(pair_record(one, "request", None))
+            items.append(example(one, "request", None))
         except DataError as exc:
             name = f"{where}.{exc.field}" if exc.field else where
             raise BadRequest(422, exc.reason, name.lstrip(".") or "body") from None
