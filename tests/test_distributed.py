@@ -266,3 +266,31 @@ def test_a_state_reaches_every_rank_with_its_tensors_outside_pickle(tmp_path):
     results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
     assert all(r["ok"] for r in results), results
     assert results[0]["pickled"] and max(results[0]["pickled"]) < 10_000  # 4 MB of floats sent
+
+
+PIPE_SCRIPT = """
+import os, sys
+from pathlib import Path
+import reltrain.train_cmd as T
+from reltrain.cli import main
+
+def closed_pipe(summary):  # the reader of the output left (`| head`)
+    raise BrokenPipeError(32, "Broken pipe")
+
+if os.environ["RANK"] == "0":
+    T._print_summary = closed_pipe
+code = main(["train", *sys.argv[2:]])
+Path(sys.argv[1], f"exit-{os.environ['RANK']}").write_text(str(code))
+"""
+
+
+def test_a_rank_whose_output_closes_leaves_no_other_rank_waiting(odd_data, tmp_path):
+    script = tmp_path / "pipe.py"
+    script.write_text(PIPE_SCRIPT)
+    result = torchrun(2, str(script), str(tmp_path), *data_overrides(odd_data), *COMMON,
+                      "train.epochs=1", f"output_dir={tmp_path / 'run'}", timeout=120)
+    # Rank 0 prints only after the last collective: rank 1 has finished its run, not been left
+    # at a barrier for the launcher (or the collective timeout) to end.
+    assert (tmp_path / "exit-1").read_text() == "0", result.stderr[-3000:]
+    assert (tmp_path / "exit-0").read_text() == "141"
+    assert (tmp_path / "run" / "summary.json").is_file()

@@ -97,8 +97,11 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     summary.update(_memory(ctx))
     if ctx.is_main:
         write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
-        _print_summary(summary)
+    # The last collective before anything is printed: a print that fails (the reader of the
+    # output left, `| head`) ends rank 0 with no other rank waiting for it.
     ctx.barrier()
+    if ctx.is_main:
+        _print_summary(summary)
     return summary
 
 
