@@ -251,3 +251,21 @@ def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
         model.predict_text(text, head="alice", tail="paris", head_offset=40)
     with pytest.raises(UserError, match="train.epochs"):
         reltrain.train(overrides=["train.epochs=0"])
+
+
+def test_text_the_model_cannot_read_is_warned_about(checkpoint, tmp_path, caplog, capsys):
+    from conftest import ZH_ROWS, write_csv
+
+    chinese = write_csv(tmp_path / "zh.csv", ZH_ROWS)
+    assert main(["predict", str(checkpoint), str(chinese)]) == 0
+    assert "trained on English text" in caplog.text
+    caplog.clear()
+    gibberish = tmp_path / "unknown.jsonl"
+    gibberish.write_text(json.dumps({"text": "qzx vrrp wubble frox", "h": {"pos": [0, 3]},
+                                     "t": {"pos": [15, 19]}}) + "\n")
+    assert main(["predict", str(checkpoint), str(gibberish)]) == 0
+    assert "not in the model's vocabulary" in caplog.text
+    caplog.clear()
+    assert main(["predict", str(checkpoint), "--text", "alice was born in paris", "--head",
+                 "alice", "--tail", "paris"]) == 0
+    assert "mean little" not in caplog.text

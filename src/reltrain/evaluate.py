@@ -9,6 +9,7 @@ from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
 from reltrain.output import check_output, write_output
 from reltrain.inference.predictor import Predictor
+from reltrain.predict import warn_misfit
 from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
 
@@ -26,6 +27,8 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
         if ctx.is_main:
             log.info(predictor.precision.describe())
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
+        if ctx.is_main:
+            warn_misfit(predictor, result.records)
         metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
                               predictor.labels, ctx, precision=predictor.precision)
         metrics["skipped_rows"] = len(result.skipped)

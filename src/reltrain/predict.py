@@ -83,6 +83,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
             if text is None or head is None or tail is None:
                 raise UserError("give a DATA file, or --text with --head and --tail")
             record = make_record(text, head, tail, head_offset, tail_offset, cli=True)
+            warn_misfit(predictor, [record])
             chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], o.top_k)]])
         else:
             mine = _predicted_chunks(predictor, data, o.top_k, o.skip_bad_rows, o.chunk_rows,
@@ -182,6 +183,8 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     mine = chunks()
     first = list(islice(mine, 2))  # one chunk: not worth starting workers that load the model
     mine = chain(first, mine)
+    if first and shard[0] == 0:
+        warn_misfit(predictor, _chunk_records(_parsed(first[0][:256], skip_bad_rows=True))[1])
     how = pool.mode(predictor, workers if source and len(first) > 1 else 0)
     if how == "predict":
         yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
@@ -193,6 +196,14 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     else:
         for chunk in mine:
             yield _chunk_lines(predictor, chunk, top_k, skip_bad_rows)
+
+
+def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
+    """A warning when the rows are not in the model's language or mostly unknown to it: the
+    answers would all be one relation, with exit status 0 and nothing else to notice."""
+    warning = predictor.fit_warning(records)
+    if warning:
+        log.warning("%s", warning)
 
 
 def _parsed(chunk: list, skip_bad_rows: bool) -> list:

@@ -8,7 +8,7 @@ from typing import Callable
 
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, Tokenizer
-from reltrain.data.vocab import Vocab
+from reltrain.data.vocab import UNK, Vocab
 
 
 @dataclass
@@ -18,14 +18,16 @@ class TextEncoder:
     size: int  # embedding rows the model needs
     pad_id: int
     added_tokens: int  # lm: characters added to the pretrained vocabulary
+    unk_id: int | None = None  # the id of a token the vocabulary does not hold
 
 
 def text_encoder(data_cfg, vocab: Vocab | None = None, lm=None) -> TextEncoder:
     """The encoder of a vocabulary (with the configured word tokenizer) or of an ``LMTokenizer``."""
     if lm is not None:
-        return TextEncoder(lm, list, len(lm), lm.pad_id, len(lm.added))
+        return TextEncoder(lm, list, len(lm), lm.pad_id, len(lm.added), lm.hf.unk_token_id)
     assert vocab is not None, "a vocabulary or a pretrained tokenizer is needed"
-    return TextEncoder(Tokenizer.from_config(data_cfg), vocab.encode, len(vocab), 0, 0)
+    return TextEncoder(Tokenizer.from_config(data_cfg), vocab.encode, len(vocab), 0, 0,
+                       vocab.encode([UNK])[0])
 
 
 def identity_encoder(identity: dict, data_cfg) -> TextEncoder:

@@ -85,6 +85,33 @@ class Predictor:
                                 f"its tail; this model reads at most {self.max_tokens}")
         return split
 
+    def fit_warning(self, records: list[Record]) -> str | None:
+        """Why the model may not read these texts (another script than it was trained on, or
+        mostly tokens it does not know), to warn with; None when they look like its data. It
+        looks at the first rows only: a cost once per run, not per row."""
+        from reltrain.data.preprocess import is_cjk
+
+        sample = records[:256]
+        letters = [ch for rec in sample for ch in rec.text if not ch.isspace()]
+        if not letters:
+            return None
+        cjk = sum(map(is_cjk, letters)) / len(letters)
+        language = self.config.data.language
+        if language == "en" and cjk > 0.3:
+            return (f"{cjk:.0%} of the characters are Chinese, Japanese or Korean, but this model "
+                    f"was trained on English text (data.language=en): its answers mean little")
+        if language == "zh" and cjk < 0.05:
+            return (f"only {cjk:.0%} of the characters are Chinese, but this model was trained "
+                    f"on Chinese text (data.language=zh): its answers mean little")
+        if self.encoder.unk_id is None:
+            return None
+        ids = self.encode(sample).token_ids
+        unknown = float((ids == self.encoder.unk_id).mean()) if len(ids) else 0.0
+        if unknown > 0.5:
+            return (f"{unknown:.0%} of the tokens are not in the model's vocabulary: the text is "
+                    f"not like what it was trained on, and its answers mean little")
+        return None
+
     def dataset(self, records: list[Record]) -> RelationDataset:
         return self.split_dataset(self.encode(records))
 
