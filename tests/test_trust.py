@@ -269,3 +269,44 @@ def test_text_the_model_cannot_read_is_warned_about(checkpoint, tmp_path, caplog
     assert main(["predict", str(checkpoint), "--text", "alice was born in paris", "--head",
                  "alice", "--tail", "paris"]) == 0
     assert "mean little" not in caplog.text
+
+
+WATCHDOG = """
+import sys, time
+from reltrain import stops
+stops.GRACE_S = 1.0
+stop = stops.StopRequest().install()
+print("ready", flush=True)
+if sys.argv[1] == "checked":
+    with stop.checked():
+        for _ in range(100):  # a loop with stop points: it ends at one
+            time.sleep(0.05)
+            stop.check("in the loop")
+else:
+    time.sleep(60)  # busy with no stop point, as a huge config being read once was
+"""
+
+
+@pytest.mark.parametrize("how", ["busy", "checked"])
+def test_one_stop_signal_always_ends_the_process(tmp_path, how):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "busy.py"
+    script.write_text(WATCHDOG)
+    proc = subprocess.Popen([sys.executable, str(script), how], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "ready"
+    start = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    try:
+        _, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    if how == "busy":
+        assert proc.returncode == 143 and "stopped by SIGTERM: no stop point came within 1 s" in err
+        assert time.monotonic() - start < 30
+    else:  # Preempted at the loop's own stop point, not the watchdog's exit
+        assert proc.returncode == 1 and "Preempted" in err and "no stop point" not in err

@@ -99,7 +99,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         written, bad = 0, 0
         # The bar counts what is written, so under torchrun it covers every rank's rows.
         with output_stream(output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
-                                                disable=not progress_enabled(o.progress, True)) as bar:
+                                                disable=not progress_enabled(o.progress, True)) as bar, \
+                stop.checked():  # between chunks
             for lines in chunks:
                 stop.check(_STOPPED)
                 out.write("".join(line + "\n" for line in lines))

@@ -88,7 +88,8 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
         start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
         _describe(cfg, ctx, prepared, plan)
     parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload)
-    state = _fit(parts, ctx, run_dir, payload, stop)
+    with stop.checked():  # the steps vote on a stop, and the run saves and ends there
+        state = _fit(parts, ctx, run_dir, payload, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
