@@ -310,3 +310,55 @@ def test_one_stop_signal_always_ends_the_process(tmp_path, how):
         assert time.monotonic() - start < 30
     else:  # Preempted at the loop's own stop point, not the watchdog's exit
         assert proc.returncode == 1 and "Preempted" in err and "no stop point" not in err
+
+
+def test_small_edges_a_new_user_hit(checkpoint, small_en, tmp_path, capsys, caplog):
+    # A relative path that is not there says from where it was read.
+    line = cli_error(capsys, "train", "data.train=no/such.csv")
+    assert "read from the current directory" in line
+    # A plain sentence in a .txt file: what a row should look like, not "invalid JSON".
+    plain = tmp_path / "sentences.txt"
+    plain.write_text("alice was born in paris\n")
+    line = cli_error(capsys, "predict", str(checkpoint), str(plain))
+    assert "sentences.txt:1: not a JSON object" in line and "--text" in line
+    # How many sentences were cut, in words, not a Python dict.
+    assert main(["train", *data_overrides(small_en), "data.max_len=8", "train.epochs=1",
+                 "log.plots=false", "model.cnn.kernel_sizes=[3]", "model.cnn.num_filters=8",
+                 f"output_dir={tmp_path / 'cut'}"]) == 0
+    cut = [r.getMessage() for r in caplog.records if "sentences cut" in r.getMessage()]
+    assert cut and "{" not in cut[0] and " in train" in cut[0], cut
+
+
+def test_a_long_confusion_title_stays_inside_the_picture(tmp_path, monkeypatch):
+    import matplotlib.figure
+    import numpy as np
+
+    from reltrain.training.plots import plot_confusion
+
+    seen = {}
+    real = matplotlib.figure.Figure.savefig
+
+    def savefig(fig, *args, **kwargs):
+        fig.canvas.draw()
+        title = fig.axes[0].title.get_window_extent()
+        seen["inside"] = title.x0 >= 0 and title.x1 <= fig.bbox.x1
+        return real(fig, *args, **kwargs)
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
+    plot_confusion(np.array([[3, 1], [0, 2]]), ["a", "b"], tmp_path / "c.png",
+                   "Test confusion (best epoch 12) of a run with a long description")
+    assert seen == {"inside": True} and (tmp_path / "c.png").stat().st_size > 0
+
+
+def test_loading_a_pretrained_encoder_prints_nothing_of_transformers(tiny_bert, capfd):
+    from transformers import AutoTokenizer
+
+    from reltrain.config import load_config
+    from reltrain.models import build_model
+
+    cfg = load_config(None, ["model.name=lm", f"model.lm.pretrained={tiny_bert}"])
+    size = len(AutoTokenizer.from_pretrained(tiny_bert)) + 4  # entity markers: a resize
+    capfd.readouterr()
+    build_model(cfg.model, size, 3, cfg.data.pos_limit)
+    err = capfd.readouterr().err
+    assert "Loading weights" not in err and "[transformers]" not in err, err

@@ -326,15 +326,23 @@ def validate(cfg: Config) -> None:
     d, m = cfg.data, cfg.model
     for key in ("train", "valid", "test", "labels"):
         path = getattr(d, key)
-        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}")
+        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}"
+               + _relative_hint(path))
     _check(not m.word_vectors or Path(m.word_vectors).is_file(),
-           f"model.word_vectors: file not found: {m.word_vectors}")
+           f"model.word_vectors: file not found: {m.word_vectors}" + _relative_hint(m.word_vectors))
     if m.name == "lm":
         _check(bool(m.lm.pretrained) and Path(m.lm.pretrained).is_dir(),
                f"model.name=lm needs model.lm.pretrained=<local model folder>; not a folder: "
                f"'{m.lm.pretrained}'")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
            f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
+
+
+def _relative_hint(path: str) -> str:
+    # A path in a --config file is read as the command line's are: from where reltrain runs.
+    if not path or Path(path).is_absolute():
+        return ""
+    return f" (relative paths, also in a --config file, are read from the current directory {Path.cwd()})"
 
 
 def validate_values(cfg: Config) -> None:

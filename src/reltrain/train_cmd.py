@@ -121,9 +121,10 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared, plan: BatchPl
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
                         "\n  ".join(reasons[:5]))
-    cut = {k: v for k, v in meta["truncated"].items() if v}
+    cut = ", ".join(f"{n} in {split}" for split, n in meta["truncated"].items() if n)
     if cut:
-        log.info("sentences cut to data.max_len=%d around the entities: %s", cfg.data.max_len, cut)
+        log.info("sentences cut to data.max_len=%d tokens around the entities: %s",
+                 cfg.data.max_len, cut)
 
 
 @dataclass

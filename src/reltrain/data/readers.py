@@ -265,6 +265,11 @@ def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,
 
 
 def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Record | EntitySentence:
+    if not raw.lstrip().startswith(("{", "[")):  # a plain sentence, as a .txt file often holds
+        raise DataError(path, line, None, 'not a JSON object: each line is one example such as '
+                        '{"text": "...", "h": {"pos": [start, end]}, "t": {"pos": [start, end]}}'
+                        ' (or a .csv file with a header); one plain sentence goes as --text with '
+                        '--head and --tail')
     return json_record(parse_json(raw, path, line), path, line, require_relation, entity_lists)
 
 

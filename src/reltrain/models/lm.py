@@ -54,17 +54,17 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
     model folder is needed then. The last ``added_tokens`` ids get their own table."""
     from transformers import AutoConfig, AutoModel
 
-    if hf_config is None:
-        with _quiet_transformers():  # "some weights were not used": the pretraining heads, expected
+    with quiet_transformers():  # its loading bar, unused pretraining heads, resizing notes
+        if hf_config is None:
             encoder = AutoModel.from_pretrained(cfg.lm.pretrained, local_files_only=True)
-    else:
-        config = dict(hf_config)
-        encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
-    # A model stored in fp16/bf16 comes in that type under transformers 5 (its config's dtype):
-    # reltrain keeps fp32 weights, and autocast (train.amp) picks the compute precision.
-    encoder = encoder.float()
-    if encoder.get_input_embeddings().num_embeddings != vocab_size - added_tokens:
-        encoder.resize_token_embeddings(vocab_size - added_tokens)  # room for the entity markers
+        else:
+            config = dict(hf_config)
+            encoder = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+        # A model stored in fp16/bf16 comes in that type under transformers 5 (its config's
+        # dtype): reltrain keeps fp32 weights, and autocast (train.amp) picks the precision.
+        encoder = encoder.float()
+        if encoder.get_input_embeddings().num_embeddings != vocab_size - added_tokens:
+            encoder.resize_token_embeddings(vocab_size - added_tokens)  # room for the markers
     if getattr(encoder, "pooler", None) is not None:
         # Unused here; parameters without gradients would stall DDP without find_unused_parameters.
         encoder.pooler = None
@@ -72,13 +72,17 @@ def build_lm(cfg, vocab_size: int, num_labels: int, pos_limit: int, hf_config: d
 
 
 @contextmanager
-def _quiet_transformers():
-    """transformers' own warnings off while loading, then the caller's setting again."""
+def quiet_transformers():
+    """transformers' own messages and progress bars off while loading (reltrain's log says what
+    was loaded), then the caller's settings again."""
     from transformers.utils import logging as hf_logging
 
-    previous = hf_logging.get_verbosity()
+    previous, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
     hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
     try:
         yield
     finally:
         hf_logging.set_verbosity(previous)
+        if bars:
+            hf_logging.enable_progress_bar()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import textwrap
 from functools import lru_cache
 from pathlib import Path
 
@@ -92,9 +93,10 @@ def plot_confusion(matrix: np.ndarray, labels: list[str], path: Path, title: str
     for (i, j), v in np.ndenumerate(m):
         ax.text(j, i, str(v), ha="center", va="center", fontsize=7,
                 color="white" if v > m.max() / 2 else "black")
-    ax.set(xlabel="predicted", ylabel="gold", title=title)
+    # A title wider than a small matrix would be cut at the picture's edges: wrapped to fit.
+    ax.set(xlabel="predicted", ylabel="gold", title=textwrap.fill(title, max(20, int(size * 8))))
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
+    fig.savefig(path, dpi=100, bbox_inches="tight")
     plt.close(fig)
 
 
