@@ -132,6 +132,39 @@ def test_a_second_sigterm_stops_a_server_that_waits_for_a_stalled_client(model):
     assert "Traceback" not in srv.output()
 
 
+def test_a_request_cut_by_the_drain_timeout_gets_503_not_500(model):  # noqa: F811
+    srv = Server(model, "--body-timeout-s", "300", "--drain-timeout-s", "1")
+    stalled = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+    stalled.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+    time.sleep(1.5)  # its headers read: in flight
+    srv.proc.send_signal(signal.SIGTERM)
+    answer = b""
+    while chunk := stalled.recv(65536):
+        answer += chunk
+    stalled.close()
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 503") and b"retry-after: 1" in head.lower(), answer
+    assert "drain-timeout-s" in json.loads(body)["error"]
+    assert srv.proc.wait(timeout=60) in (143, -signal.SIGTERM)  # uvicorn ends by the signal
+    assert "Traceback" not in srv.output()
+
+
+def test_over_max_connections_is_uvicorns_own_503_as_documented(model):  # noqa: F811
+    srv = Server(model, "--max-connections", "2", "--body-timeout-s", "60")
+    try:
+        held = socket.create_connection(("127.0.0.1", srv.port), timeout=30)
+        held.sendall(b"POST /predict HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+        time.sleep(1.0)  # in flight, its body not yet sent: with the next one, two connections
+        status, headers, body = raw(srv.port, "GET", "/health")
+        assert (status, body) == (503, b"Service Unavailable"), (status, body)
+        assert headers["connection"] == "close" and "retry-after" not in headers
+        held.close()
+        time.sleep(0.5)
+        assert srv.get("/health")[0] == 200
+    finally:
+        srv.stop()
+
+
 def descendants(pid: int) -> list[int]:
     out = []
     for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():

@@ -123,6 +123,8 @@ def create_app(options: ServeOptions):
         try:
             yield
         finally:
+            if in_flight:  # cancelled by uvicorn at the drain timeout: each answers its 503
+                await asyncio.wait(set(in_flight), timeout=2)
             task.cancel()
             batcher.pool.shutdown(wait=False, cancel_futures=True)
 
@@ -132,7 +134,9 @@ def create_app(options: ServeOptions):
         return JSONResponse({"error": message, "field": field_name}, status_code=status,
                             headers=headers)
 
-    app.add_middleware(_Observed, metrics=metrics, access_log=options.access_log)
+    in_flight: set = set()
+    app.add_middleware(_Observed, metrics=metrics, access_log=options.access_log,
+                       in_flight=in_flight)
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):  # 404, 405 in the same JSON shape
@@ -207,26 +211,43 @@ class _Observed:
     """ASGI middleware for the request id, the Prometheus counts and the access log: a plain
     wrapper, without the task and streams that Starlette's http middleware adds to every request."""
 
-    def __init__(self, app, metrics: Metrics, access_log: bool):
+    def __init__(self, app, metrics: Metrics, access_log: bool, in_flight: set):
         self.app, self.metrics, self.access_log = app, metrics, access_log
+        self.in_flight = in_flight  # the tasks answering requests now
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         rid = given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
-        start, status = time.perf_counter(), [500]
+        start, status, started = time.perf_counter(), [500], [False]
 
         async def sending(message):
             if message["type"] == "http.response.start":
-                status[0] = message["status"]
+                status[0], started[0] = message["status"], True
                 message = {**message, "headers": [*message.get("headers", ()),
                                                   (b"x-request-id", rid.encode())]}
             await send(message)
 
+        task = asyncio.current_task()
+        self.in_flight.add(task)
         try:
             await self.app(scope, receive, sending)
+        except asyncio.CancelledError:
+            # The drain timed out and uvicorn cancels what is left: it would answer 500. The
+            # client gets the API's 503 instead, which says to retry (another server, or later).
+            if not _draining or started[0]:
+                raise
+            body = json.dumps({"error": "the server stopped before this request was answered "
+                                        "(--drain-timeout-s passed); retry it",
+                               "field": None}).encode()
+            await sending({"type": "http.response.start", "status": 503,
+                           "headers": [(b"content-type", b"application/json"),
+                                       (b"content-length", str(len(body)).encode()),
+                                       (b"retry-after", b"1"), (b"connection", b"close")]})
+            await send({"type": "http.response.body", "body": body})
         finally:
+            self.in_flight.discard(task)
             seconds = time.perf_counter() - start
             path = scope["path"] if scope["path"] in _PATHS else "other"
             self.metrics.requests.labels(path, str(status[0])).inc()
