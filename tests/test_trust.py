@@ -362,3 +362,34 @@ def test_loading_a_pretrained_encoder_prints_nothing_of_transformers(tiny_bert, 
     build_model(cfg.model, size, 3, cfg.data.pos_limit)
     err = capfd.readouterr().err
     assert "Loading weights" not in err and "[transformers]" not in err, err
+
+
+def test_inspect_reports_repeats_leaks_and_untrained_relations(tmp_path, capsys):
+    from conftest import ZH_ROWS, write_csv
+
+    train = write_csv(tmp_path / "train.csv", [*ZH_ROWS, ZH_ROWS[0], (*ZH_ROWS[1][:1], "国籍",
+                                                                      *ZH_ROWS[1][2:])])
+    test = write_csv(tmp_path / "test.csv", [ZH_ROWS[2], ("张玲很满意", "导演", "张玲", 0, "满意", 3)])
+    labels = tmp_path / "relation.csv"
+    labels.write_text("head_type,tail_type,relation,index\n" + "".join(
+        f"A,B,{name},{i}\n" for i, name in enumerate(["导演", "出生地", "连载网站", "国籍", "祖籍"])))
+    capsys.readouterr()
+    assert main(["inspect", str(train), str(test), "--labels", str(labels), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["splits"]["train"]["duplicate_rows"] == 1
+    assert report["splits"]["train"]["conflicting_rows"] == 1  # 出生地 and 国籍 for one pair
+    assert report["sentences_in_train"] == {"test": 1}
+    assert report["labels_without_training_rows"] == ["祖籍"]
+    assert report["balance"]["largest"] == ["导演", 0.5]
+    assert main(["inspect", str(train), str(test), "--labels", str(labels)]) == 0
+    text = capsys.readouterr().out
+    assert "1 of 2 test row(s) have a sentence that is also in train" in text
+    assert "no training row (the model can never learn them): 祖籍" in text
+    assert "file not found" in cli_error(capsys, "inspect", str(tmp_path / "none.csv"))
+
+
+def test_a_run_logs_the_data_report_and_keeps_it_in_its_summary(checkpoint):
+    run = checkpoint.parent.parent
+    report = json.loads((run / "summary.json").read_text())["data"]["report"]
+    assert report["splits"]["train"]["rows"] == 240 and report["balance"]["negative"][0] == "no_relation"
+    assert "data check: relations in train: largest" in (run / "train.log").read_text()

@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
         # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank (older).
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
+    p = sub.add_parser("inspect", help="check data before training: repeated rows, test "
+                                       "sentences also in train, untrained relations, balance")
+    p.add_argument("files", nargs="+", metavar="DATA",
+                   help="the training file first, then others (valid, test) to compare with it")
+    p.add_argument("--labels", default="", metavar="FILE", help="the label file (relation.csv)")
+    p.add_argument("--json", dest="as_json", action="store_true", help="the report as JSON")
     p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
     p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
     p.add_argument("data", help="labelled .csv or .jsonl")
@@ -222,6 +228,10 @@ def _dispatch(args) -> int:
             run_preprocess(cfg)
         else:
             run_train(cfg)
+    elif args.command == "inspect":
+        from reltrain.inspect_cmd import InspectOptions, run_inspect
+
+        run_inspect(InspectOptions(args.files, args.labels, args.as_json))
     elif args.command == "export":
         from reltrain.inference.export import export_model
 

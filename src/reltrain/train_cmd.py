@@ -18,6 +18,7 @@ from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import Prepared, prepare_run, token_identity
+from reltrain.data.report import report_lines
 from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, run_log
@@ -121,6 +122,8 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared, plan: BatchPl
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
                         "\n  ".join(reasons[:5]))
+    for line in report_lines(meta.get("report") or {"splits": {}}):
+        log.info("data check: %s", line)
     cut = ", ".join(f"{n} in {split}" for split, n in meta["truncated"].items() if n)
     if cut:
         log.info("sentences cut to data.max_len=%d tokens around the entities: %s",
@@ -272,7 +275,8 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
                         if ctx.device.type == "cuda" else None),
         "data": {"rows": prepared.meta["rows"], "relations": len(prepared.labels),
                  "vocab_size": prepared.vocab_size,
-                 "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()}},
+                 "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()},
+                 "report": prepared.meta.get("report")},
         "checkpoints": {"best": str(run_dir / "checkpoints" / "best.pt"),
                         "last": str(run_dir / "checkpoints" / "last.pt")},
     }

@@ -25,7 +25,8 @@ from reltrain.errors import DataError, UserError
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 3  # 2: pretrained encoders' added characters; 3: one folder of .npy per split
+CACHE_FORMAT = 4  # 2: pretrained encoders' added characters; 3: one folder of .npy per split;
+# 4: the data report (data/report.py) in meta.json
 SPLITS = ("train", "valid", "test")
 SPLIT_ARRAYS = {"token_ids": np.int32, "offsets": np.int64, "head": np.int32, "tail": np.int32,
                 "labels": np.int64}
@@ -217,6 +218,7 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
 
 def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool) -> None:
     from reltrain.data import build
+    from reltrain.data.report import data_report
 
     files = {name: getattr(data_cfg, name) for name in SPLITS if getattr(data_cfg, name)}
     kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
@@ -228,7 +230,7 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool) -> None:
     if vocab is not None:
         (folder / "vocab.json").write_text(json.dumps(vocab.tokens, ensure_ascii=False))
     (folder / "labels.json").write_text(json.dumps(labels, ensure_ascii=False))
-    meta.update(format=CACHE_FORMAT, tokenizer=kind)
+    meta.update(format=CACHE_FORMAT, tokenizer=kind, report=data_report(files, labels))
     (folder / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
 
 

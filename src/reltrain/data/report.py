@@ -1,0 +1,91 @@
+"""What a researcher should hear about the data before trusting a score: repeated rows, test or
+validation sentences that are also training sentences, relations with no training row, and how
+the relations are balanced. Built once per cache entry (and by ``reltrain inspect``)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import numpy as np
+
+from reltrain.data.readers import iter_rows
+from reltrain.errors import DataError
+
+NEGATIVE_NAMES = ("no_relation", "na", "none", "other", "others", "无关系", "无")
+
+
+def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:
+    """The report of ``files`` (split -> path, ``train`` first when present); ``labels``: the
+    label set, whose relations without a training row are named. Bad rows are left out (the
+    reading that trains says what they are)."""
+    splits, sentences = {}, {}
+    for name, path in files.items():
+        counts, example_keys, text_keys, rows = Counter(), [], [], 0
+        for _, build in iter_rows(path, require_relation=name == "train"):
+            try:
+                rec = build()
+            except DataError:
+                continue
+            rows += 1
+            counts[rec.relation] += 1
+            spans = (rec.head.start, rec.head.end, rec.tail.start, rec.tail.end)
+            example_keys.append((hash((rec.text, spans)), hash(rec.relation)))
+            text_keys.append(hash(rec.text.strip()))
+        pairs = np.array(example_keys, dtype=np.int64).reshape(-1, 2)
+        rows_seen = np.unique(pairs, axis=0).shape[0]  # the same example and relation
+        examples_seen = np.unique(pairs[:, 0]).size  # the same example, any relation
+        sentences[name] = np.array(text_keys, dtype=np.int64)
+        splits[name] = {"file": str(path), "rows": rows,
+                        "relations": dict(counts.most_common()),
+                        "duplicate_rows": rows - rows_seen,
+                        "conflicting_rows": rows_seen - examples_seen}
+    report: dict = {"splits": splits}
+    if "train" in sentences:
+        train = sentences["train"]
+        report["sentences_in_train"] = {name: int(np.isin(keys, train).sum())
+                                        for name, keys in sentences.items() if name != "train"}
+        trained = splits["train"]["relations"]
+        report["labels_without_training_rows"] = [name for name in (labels or []) if name not in trained]
+        report["balance"] = _balance(trained)
+    return report
+
+
+def _balance(counts: dict[str, int]) -> dict | None:
+    total = sum(counts.values())
+    if not total:
+        return None
+    ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+    negative = [name for name in counts if name and name.lower() in NEGATIVE_NAMES]
+    share = lambda name: round(counts[name] / total, 4)  # noqa: E731
+    return {"largest": [ordered[0][0], share(ordered[0][0])],
+            "smallest": [ordered[-1][0], share(ordered[-1][0])],
+            "negative": [negative[0], share(negative[0])] if len(negative) == 1 else None}
+
+
+def report_lines(report: dict) -> list[str]:
+    """The report in a few lines for a log: the balance, then each thing worth a look."""
+    lines = []
+    balance = report.get("balance")
+    if balance:
+        (big, big_share), (small, small_share) = balance["largest"], balance["smallest"]
+        text = (f"relations in train: largest {big} {big_share:.1%}, smallest {small} "
+                f"{small_share:.1%}")
+        if balance["negative"]:
+            text += f"; the negative relation {balance['negative'][0]} {balance['negative'][1]:.1%}"
+        lines.append(text)
+    for name, split in report["splits"].items():
+        if split["duplicate_rows"]:
+            lines.append(f"{split['duplicate_rows']} row(s) of {name} repeat an earlier row exactly")
+        if split["conflicting_rows"]:
+            lines.append(f"{split['conflicting_rows']} row(s) of {name} repeat an earlier example "
+                         f"with another relation")
+    for name, count in report.get("sentences_in_train", {}).items():
+        if count:
+            lines.append(f"{count} of {report['splits'][name]['rows']} {name} row(s) have a "
+                         f"sentence that is also in train: their score says less about new text")
+    missing = report.get("labels_without_training_rows")
+    if missing:
+        shown = ", ".join(missing[:8]) + (f", ... ({len(missing)} in all)" if len(missing) > 8 else "")
+        lines.append(f"relations of the label file with no training row (the model can never "
+                     f"learn them): {shown}")
+    return lines

@@ -1,0 +1,61 @@
+"""``reltrain inspect``: the data report a training run logs (data/report.py), without training."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reltrain.errors import UserError
+
+
+@dataclass
+class InspectOptions:
+    """``files``: the training file first, then any others (validation, test), each compared with
+    it; ``labels``: a label file, whose relations without a training row are named."""
+
+    files: list[str] = field(default_factory=list)
+    labels: str = ""
+    as_json: bool = False
+
+    def __post_init__(self):
+        if not self.files:
+            raise UserError("give at least one data file (the training file first)")
+        for path in [*self.files, *([self.labels] if self.labels else [])]:
+            if not Path(path).is_file():
+                raise UserError(f"{path}: file not found")
+
+
+def split_names(files: list[str]) -> dict[str, str]:
+    """``train`` for the first file; the others by their file name's stem (``dev.csv``: dev)."""
+    names = {"train": files[0]}
+    for path in files[1:]:
+        stem, n = Path(path).stem or "data", 2
+        name = stem if stem != "train" else "train-2"
+        while name in names:
+            name, n = f"{stem}-{n}", n + 1
+        names[name] = path
+    return names
+
+
+def run_inspect(options: InspectOptions) -> dict:
+    """Print the report (or its JSON) and return it."""
+    from reltrain.data.readers import read_labels
+    from reltrain.data.report import data_report, report_lines
+
+    labels = read_labels(options.labels) if options.labels else None
+    report = data_report(split_names(options.files), labels)
+    if options.as_json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return report
+    for name, split in report["splits"].items():
+        relations = split["relations"]
+        shown = ", ".join(f"{rel} {n}" for rel, n in list(relations.items())[:12])
+        more = f", ... ({len(relations)} relations)" if len(relations) > 12 else ""
+        print(f"{name}: {split['file']}: {split['rows']} rows; {shown}{more}")
+    lines = report_lines(report)
+    for line in lines:
+        print(f"  {line}")
+    if len(lines) <= 1:
+        print("  no repeated rows, no sentence of another file in train, every relation trained")
+    return report
