@@ -6,6 +6,7 @@ micro-batching on (``--max-batch 64``: what queued while the model was busy; and
     python bench/serve_load.py --model my-model --seconds 10
 
     python bench/serve_load.py --abuse --clients 8 --seconds 15
+    python bench/serve_load.py --abuse --clients 1 --abusers spans heavy --abuse-rate 1
 
 Each client is a thread with its own keep-alive connection that sends one example per request
 (deepke-zh test sentences, in turn) and waits for the answer; clients and server share this
@@ -17,7 +18,10 @@ process of their own (a slow client that sends headers and half a body and then 
 and again; a sentence with 4,000 entities, 16 million pairs; a list with one bad item among good
 ones; the last two ``--abuse-rate`` times a second each), micro-batching on; printed: the good
 clients' p50/p99 in both runs and the ratio (the goal: p99 under 2x), and what the abusers were
-answered.
+answered. Two more abusers, chosen with ``--abusers``: ``spans`` (issue 35's request: 32
+entities each covering a 9,599-character text, 992 pairs; refused by ``--max-request-chars``)
+and ``heavy`` (992 pairs of an 899-character text, within every default limit: predicted in
+slices of ``--max-batch`` between the good clients' requests).
 """
 
 from __future__ import annotations
@@ -112,13 +116,21 @@ def load(port: int, bodies: list[bytes], clients: int, seconds: float) -> tuple[
     return len(flat) / elapsed, flat
 
 
+_LONG = " ".join(f"w{i:04d}" for i in range(1600))  # 9,599 characters
+_SHORT = " ".join(f"w{i:04d}" for i in range(150))  # 899 characters
 ABUSE = {
     "pairs": json.dumps({"text": " ".join(f"w{i}" for i in range(40)),
                          "entities": [{"pos": [3 * i, 3 * i + 2]} for i in range(4000)]}).encode(),
+    # Issue 35's payload: 32 entities that each cover the text, 992 pairs of 9,599 characters.
+    "spans": json.dumps({"text": _LONG, "entities": [{"pos": [6 * i, len(_LONG) - 6 * i]}
+                                                     for i in range(32)]}).encode(),
+    # The most a request may ask within the default limits: 992 pairs of an 899-character text.
+    "heavy": json.dumps({"text": _SHORT, "entities": [{"pos": [24 * i, 24 * i + 5]}
+                                                      for i in range(32)]}).encode(),
 }
 
 
-ABUSERS = ("stall", "pairs", "bad")
+ABUSERS = ("stall", "pairs", "bad", "spans", "heavy")
 
 
 def abusers(port: int, good: bytes, stop: threading.Event, answered: dict,
@@ -156,7 +168,11 @@ def abusers(port: int, good: bytes, stop: threading.Event, answered: dict,
 
     threads = [threading.Thread(target=stalling, daemon=True),
                threading.Thread(target=posting, args=("4,000 entities", ABUSE["pairs"]), daemon=True),
-               threading.Thread(target=posting, args=("a bad item in a list", bad_list), daemon=True)]
+               threading.Thread(target=posting, args=("a bad item in a list", bad_list), daemon=True),
+               threading.Thread(target=posting, args=("32 entities over 9,599 chars", ABUSE["spans"]),
+                                daemon=True),
+               threading.Thread(target=posting, args=("992 pairs within the limits", ABUSE["heavy"]),
+                                daemon=True)]
     threads = [t for t, name in zip(threads, ABUSERS) if name in kinds]
     for t in threads:
         t.start()
@@ -217,8 +233,9 @@ def main() -> None:
     p.add_argument("--abuse-rate", type=float, default=20,
                    help="requests/s of each posting abuser (a flood at any rate is a rate "
                         "limiter's job, in front of the server)")
-    p.add_argument("--abusers", nargs="+", choices=ABUSERS, default=list(ABUSERS),
-                   help="which abusers run (default: all)")
+    p.add_argument("--abusers", nargs="+", choices=ABUSERS, default=list(ABUSERS[:3]),
+                   help="which abusers run (default: stall pairs bad; 'spans' is issue 35's "
+                        "payload, 'heavy' the largest request the default limits allow)")
     args = p.parse_args()
     data = Path(args.data)
     with open(data / "test.csv", encoding="utf-8", newline="") as f:

@@ -85,7 +85,8 @@ class Metrics:
 
 
 def create_app(options: ServeOptions):
-    """The FastAPI application for ``options`` (the model loads when the server starts)."""
+    """The FastAPI application for ``options`` (the model loads when the server starts), inside
+    the middleware that gives every answer its request id and counts it."""
     from contextlib import asynccontextmanager
 
     from fastapi import Request
@@ -135,8 +136,6 @@ def create_app(options: ServeOptions):
                             headers=headers)
 
     in_flight: set = set()
-    app.add_middleware(_Observed, metrics=metrics, access_log=options.access_log,
-                       in_flight=in_flight)
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):  # 404, 405 in the same JSON shape
@@ -200,7 +199,8 @@ def create_app(options: ServeOptions):
             return error(503, f"the server cannot predict ({exc}); it is stopping", None)
         return results if parsed.many else results[0]
 
-    return app
+    # Outside Starlette's own error middleware, so that its 500 carries the request id too.
+    return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight)
 
 
 _PATHS = ("/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
