@@ -392,4 +392,4 @@ def test_a_run_logs_the_data_report_and_keeps_it_in_its_summary(checkpoint):
     run = checkpoint.parent.parent
     report = json.loads((run / "summary.json").read_text())["data"]["report"]
     assert report["splits"]["train"]["rows"] == 240 and report["balance"]["negative"][0] == "no_relation"
-    assert "data check: relations in train: largest" in (run / "train.log").read_text()
+    assert "data check: relations in train: " in (run / "train.log").read_text()

@@ -68,7 +68,8 @@ def report_lines(report: dict) -> list[str]:
     balance = report.get("balance")
     if balance:
         (big, big_share), (small, small_share) = balance["largest"], balance["smallest"]
-        text = (f"relations in train: largest {big} {big_share:.1%}, smallest {small} "
+        text = (f"relations in train: each {big_share:.1%}" if big_share == small_share else
+                f"relations in train: largest {big} {big_share:.1%}, smallest {small} "
                 f"{small_share:.1%}")
         if balance["negative"]:
             text += f"; the negative relation {balance['negative'][0]} {balance['negative'][1]:.1%}"
