@@ -229,7 +229,7 @@ def best_metric(value: object) -> dict | None:
     if not isinstance(value, dict):
         return None
     metric, score, epoch = value.get("metric"), value.get("value"), value.get("epoch")
-    if (metric in METRICS and isinstance(score, (int, float)) and not isinstance(score, bool)
+    if (metric in (*METRICS, "loss") and isinstance(score, (int, float)) and not isinstance(score, bool)
             and math.isfinite(score) and isinstance(epoch, int) and not isinstance(epoch, bool)):
         return {"metric": metric, "value": float(score), "epoch": epoch}
     return None

@@ -49,6 +49,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
     p.add_argument("data", help="labelled .csv or .jsonl")
     p.add_argument("--output", metavar="FILE", help="also write the JSON here")
+    p.add_argument("--predictions", metavar="FILE",
+                   help="also write every row with its gold and predicted relation (JSON lines)")
+    p.add_argument("--negative-label", metavar="NAME",
+                   help="the 'no relation' label for the positive figures (default: the model's "
+                        "eval.negative_label: auto, none or a label)")
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
     p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
@@ -252,7 +257,8 @@ def _dispatch(args) -> int:
         from reltrain.evaluate import run_evaluate
 
         run_evaluate(args.checkpoint, args.data, args.output, args.device,
-                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp)
+                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp,
+                     predictions=args.predictions, negative_label=args.negative_label)
     else:
         with _starting():
             from reltrain.predict import PredictOptions, run_predict

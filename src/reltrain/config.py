@@ -151,9 +151,20 @@ class TrainConfig:
     lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
     grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
     early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off")
-    select_metric: str = _opt("macro_f1", "validation metric that picks best.pt")
+    select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
+                                      "plateau and early stopping: auto (positive_micro_f1 where "
+                                      "the labels have a negative relation, else macro_f1), "
+                                      "macro_f1, micro_f1, positive_micro_f1, positive_macro_f1 "
+                                      "or loss")
     class_weights: str = _opt("none", "none or balanced (inverse class frequency in the loss)")
     seed: int = _opt(1, "seed for python, numpy and torch")
+
+
+@dataclass
+class EvalConfig:
+    negative_label: str = _opt("auto", "the 'no relation' label, left out of the positive figures "
+                                       "(TACRED's scoring): auto (the one label named no_relation, "
+                                       "NA, None, Other, Others, 无关系 or 无), none, or a label")
 
 
 @dataclass
@@ -183,6 +194,7 @@ class Config:
     data: DataConfig = field(default_factory=DataConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
     dist: DistConfig = field(default_factory=DistConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -192,7 +204,12 @@ class Config:
     devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only")
 
 
-METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy")
+# The figures of a metrics dict where higher is better (the positive ones only where the labels
+# have a negative relation); the validation loss, lower is better, can select too.
+METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy",
+           "positive_micro_f1", "positive_micro_precision", "positive_micro_recall",
+           "positive_macro_f1")
+SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1", "loss")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
 # Keys older versions wrote into checkpoints and this one no longer has (ignored on load).
 _REMOVED_KEYS = {"dist": ("cpu_allreduce",)}
@@ -399,7 +416,9 @@ def validate_values(cfg: Config) -> None:
     _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
     _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
     _check(t.amp in AMP_SETTINGS, f"train.amp must be one of {', '.join(AMP_SETTINGS)}")
-    _check(t.select_metric in METRICS, f"train.select_metric must be one of {', '.join(METRICS)}")
+    _check(t.select_metric in SELECT_METRICS,
+           f"train.select_metric must be one of {', '.join(SELECT_METRICS)}")
+    _check(bool(cfg.eval.negative_label.strip()), "eval.negative_label must be auto, none or a label")
     _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")

@@ -8,7 +8,8 @@ import logging
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
 from reltrain.output import check_output, write_output
-from reltrain.inference.predictor import Predictor
+from reltrain.inference.predictor import Predictor, write_predictions
+from reltrain.data.schema import negative_index
 from reltrain.predict import warn_misfit
 from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
@@ -18,9 +19,13 @@ log = logging.getLogger("reltrain.evaluate")
 
 def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
                  batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch",
-                 amp: str = "auto") -> dict:
-    """Score ``checkpoint`` on ``data`` and print the metrics as JSON (the keys of summary.json)."""
+                 amp: str = "auto", predictions: str | None = None,
+                 negative_label: str | None = None) -> dict:
+    """Score ``checkpoint`` on ``data`` and print the metrics as JSON (the keys of summary.json);
+    ``predictions``: also every row's answer, as a run's ``test_predictions.jsonl``;
+    ``negative_label``: as ``eval.negative_label`` (default: the model's own setting)."""
     check_output(output, (data, checkpoint))
+    check_output(predictions, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:
         predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx, runtime=runtime, amp=amp)
@@ -29,8 +34,13 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
         if ctx.is_main:
             warn_misfit(predictor, result.records)
-        metrics, _ = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
-                              predictor.labels, ctx, precision=predictor.precision)
+        setting = negative_label or predictor.config.eval.negative_label
+        negative = negative_index(setting, predictor.labels)
+        metrics, probs = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
+                                  predictor.labels, ctx, precision=predictor.precision,
+                                  negative=negative)
+        if predictions and ctx.is_main:
+            write_predictions(predictions, result.records, probs, predictor.labels)
         metrics["skipped_rows"] = len(result.skipped)
         if ctx.is_main:
             text = json.dumps(metrics, indent=2, ensure_ascii=False)

@@ -18,7 +18,9 @@ from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import Prepared, prepare_run, token_identity
+from reltrain.data.readers import read_records
 from reltrain.data.report import report_lines
+from reltrain.inference.predictor import write_predictions
 from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
 from reltrain.logs import progress_enabled, run_log
@@ -29,7 +31,8 @@ from reltrain import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate
-from reltrain.training.metrics import confusion, format_report
+from reltrain.data.schema import negative_index
+from reltrain.training.metrics import confusion, format_report, headline, resolve_select
 from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,
                                     resolve_precision)
 from reltrain.training.batching import BatchPlan, plan_batches
@@ -77,6 +80,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
         prepared = prepare_run(cfg, progress)
     stop.check(_OUTSIDE)
+    negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
     identity = {**token_identity(prepared), "labels": prepared.labels,
                 "data_key": prepared.cache_key}
     payload = find_resume(cfg, run_dir, identity, ctx)
@@ -88,14 +92,14 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     if ctx.is_main:
         start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
         _describe(cfg, ctx, prepared, plan)
-    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload)
+    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload, select, negative)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
         state = _fit(parts, ctx, run_dir, payload, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
         stop.check(_OUTSIDE)
-        _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary)
+        _score_test(cfg, ctx, parts, state, prepared.labels, run_dir, progress, summary, negative)
     summary.update(_memory(ctx))
     if ctx.is_main:
         write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
@@ -139,8 +143,19 @@ class _Parts:
     callbacks: list
 
 
+def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
+    """The negative relation's index (or None) and the validation figure that selects."""
+    negative = negative_index(cfg.eval.negative_label, labels)
+    select = resolve_select(cfg.train.select_metric, negative)
+    if negative is not None:
+        log.info("negative relation: %s (left out of the positive figures); best.pt by %s",
+                 labels[negative], select)
+    return negative, select
+
+
 def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, identity: dict,
-           progress: bool, stop: StopRequest, payload: dict | None) -> _Parts:
+           progress: bool, stop: StopRequest, payload: dict | None, select: str,
+           negative: int | None) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
     encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
     sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
@@ -167,11 +182,11 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
               "data_rows": prepared.meta["rows"], "hf_config": model_hf_config(D.unwrap(model))}
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
-    callbacks = build_callbacks(run_dir, cfg) if ctx.is_main else []
+    callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                       prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
                       every_steps=cfg.ckpt.every_steps, stop=stop, precision=precision,
-                      scaler=scaler)
+                      scaler=scaler, select=select, negative=negative)
     return _Parts(trainer, sets, callbacks)
 
 
@@ -222,7 +237,8 @@ def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
              "; frozen" if cfg.model.freeze_embeddings else "")
 
 
-def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summary) -> None:
+def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summary,
+                negative: int | None) -> None:
     """Every rank tests the best weights: rank 0 reads best.pt and sends them (node-local run
     directories work); no rank keeps a copy of them while training."""
     trainer, test_set = parts.trainer, parts.sets["test"]
@@ -234,14 +250,28 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     else:
         log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
     start = time.perf_counter()
-    metrics, pred = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
-                             desc="test", precision=trainer.precision)
+    metrics, probs = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
+                              desc="test", precision=trainer.precision, negative=negative)
+    pred = probs.argmax(axis=1)
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
+    if ctx.is_main:
+        _write_test_predictions(cfg, run_dir, labels, probs)
     if ctx.is_main and cfg.log.plots:  # drawn in a child: matplotlib stays out of this process
         matrix = confusion(test_set.split.labels, pred, len(labels))
         children.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
                     f"Test confusion (best epoch {state.best['epoch']})")
+
+
+def _write_test_predictions(cfg: Config, run_dir: Path, labels: list[str], probs) -> None:
+    """``test_predictions.jsonl``: every test row with its gold and predicted relation, in input
+    order; the rows are read again here (the cache holds their ids, not their text)."""
+    records = read_records(cfg.data.test, labels, skip_bad_rows=cfg.data.skip_bad_rows).records
+    if len(records) != len(probs):  # the file changed since the cache was built
+        log.warning("%s now has %d rows, %d were scored: test_predictions.jsonl not written",
+                    cfg.data.test, len(records), len(probs))
+        return
+    write_predictions(str(run_dir / "test_predictions.jsonl"), records, probs, labels)
 
 
 def _draw_confusion(matrix, labels, path: Path, title: str) -> None:
@@ -298,13 +328,13 @@ def _print_summary(summary: dict) -> None:
     if best and best["metric"]:
         lines.append(f"best checkpoint: epoch {best['epoch']} by valid {best['metric']} "
                      f"{best['value']:.4f}")
-        for name in ("macro_f1", "micro_f1"):
-            b = summary["best_by_metric"][name]
-            lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
+        for name in ("positive_micro_f1", "macro_f1", "micro_f1"):
+            b = summary["best_by_metric"].get(name)
+            if b:
+                lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
     if "test" in summary:
         t = summary["test"]
         lines.append(format_report(t))
-        lines.append(f"test (best checkpoint): macro-F1 {t['macro_f1']:.4f}  micro-F1 "
-                     f"{t['micro_f1']:.4f}  macro-P {t['macro_precision']:.4f}  macro-R "
-                     f"{t['macro_recall']:.4f}")
+        lines.append(f"test (best checkpoint): {headline(t)}  macro-P {t['macro_precision']:.4f}  "
+                     f"macro-R {t['macro_recall']:.4f}")
     print("\n".join(lines), flush=True)

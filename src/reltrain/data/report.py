@@ -9,9 +9,9 @@ from collections import Counter
 import numpy as np
 
 from reltrain.data.readers import iter_rows
+from reltrain.data.schema import NEGATIVE_NAMES
 from reltrain.errors import DataError
 
-NEGATIVE_NAMES = ("no_relation", "na", "none", "other", "others", "无关系", "无")
 
 
 def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:

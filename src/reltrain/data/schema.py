@@ -5,6 +5,28 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
+from reltrain.errors import UserError
+
+
+# The names data sets give their "no relation" class (TACRED, SemEval, DeepKE, NYT, Chinese sets),
+# compared ignoring case: ``eval.negative_label=auto`` takes the one label of these names.
+NEGATIVE_NAMES = ("no_relation", "na", "none", "other", "others", "无关系", "无")
+
+
+def negative_index(setting: str, labels: list[str]) -> int | None:
+    """The index of the negative relation: ``auto`` finds the one label with a negative name
+    (none if there is none or more than one), ``none`` has none, else the label of that name."""
+    if setting == "none":
+        return None
+    if setting == "auto":
+        found = [i for i, name in enumerate(labels) if name.lower() in NEGATIVE_NAMES]
+        return found[0] if len(found) == 1 else None
+    if setting not in labels:
+        shown = ", ".join(labels[:8]) + (", ..." if len(labels) > 8 else "")
+        raise UserError(f"eval.negative_label '{setting[:80]}' is not a relation of this data "
+                        f"({shown}); give one of them, auto or none")
+    return labels.index(setting)
+
 
 def label_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a relation's name, or None: a control or format character (a

@@ -130,10 +130,21 @@ def _config_json(artifact: Artifact, test: dict | None, summary: dict, version: 
         "tokenizer": ({"kind": "pretrained", "types": lm["types"], "added": lm["added"],
                        "files": sorted(lm["files"])} if lm else {"kind": "words", "vocab": VOCAB}),
         "hf_config": artifact.hf_config,
-        "metrics": {"test": test, "best": artifact.best},
+        "metrics": {"test": test, "best": artifact.best,
+                    "negative_label": _negative_name(artifact) if test else None},
         "training_data": _training_data(cfg, artifact, summary),
         "reltrain_config": cfg,
     }
+
+
+def _negative_name(artifact: Artifact) -> str | None:
+    from reltrain.data.schema import negative_index
+
+    try:
+        index = negative_index(artifact.config.eval.negative_label, artifact.labels)
+    except UserError:
+        return None
+    return artifact.labels[index] if index is not None else None
 
 
 def _training_data(cfg: dict, artifact: Artifact, summary: dict) -> dict:
@@ -159,6 +170,7 @@ def markdown_text(value: object) -> str:
 def model_card(config: dict, out: Path, onnx: bool = False) -> str:
     """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
     prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
+    negative = config["metrics"].get("negative_label")
     best = config["metrics"]["best"] or {}
     labels = [markdown_text(name) for name in config["label2id"]]
     header = ["---", "library_name: reltrain", f"language: {prep['language']}",
@@ -168,14 +180,23 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
         header += ["model-index:", f"- name: {json.dumps(out.name)}", "  results:", "  - task:",
                    "      type: relation-extraction", "    metrics:"]
         header += [f"    - type: {k}\n      value: {test[k]:.4f}" for k in
-                   ("macro_f1", "micro_f1", "macro_precision", "macro_recall") if k in test]
+                   ("positive_micro_f1", "positive_macro_f1", "macro_f1", "micro_f1",
+                    "macro_precision", "macro_recall") if k in test]
     header.append("---")
     rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
             for split, d in config["training_data"].items()]
-    shown = ("macro_f1", "micro_f1", "macro_precision", "macro_recall")
-    scores = ("| macro-F1 | micro-F1 | macro-P | macro-R |\n|---|---|---|---|\n| "
-              + " | ".join(f"{test[k]:.4f}" if k in test else "-" for k in shown) + " |"
-              if test else "Not scored on a test set.")
+    shown = {"positive_micro_f1": "positive micro-F1", "positive_micro_precision": "positive P",
+             "positive_micro_recall": "positive R", "positive_macro_f1": "positive macro-F1",
+             "macro_f1": "macro-F1", "micro_f1": "micro-F1", "macro_precision": "macro-P",
+             "macro_recall": "macro-R"}
+    keys = [k for k in shown if k in test]
+    scores = ("| " + " | ".join(shown[k] for k in keys) + " |\n|" + "---|" * len(keys) + "\n| "
+              + " | ".join(f"{test[k]:.4f}" for k in keys) + " |" if test
+              else "Not scored on a test set.")
+    if negative:
+        scores += (f"\n\nThe positive figures leave out the negative relation, "
+                   f"{markdown_text(negative)}, as TACRED's scorer does: predicting it is no "
+                   f"answer, and a gold one is no item to find.")
     chosen = (f"The checkpoint of epoch {best['epoch']}, chosen on validation {best['metric']} "
               f"({best['value']:.4f})." if best.get("metric") else "")
     return "\n".join(header) + f"""

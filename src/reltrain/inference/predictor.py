@@ -181,15 +181,7 @@ class Predictor:
         return self.predict([record], top_k)[0]
 
     def _result(self, rec: Record, probs: np.ndarray, top_k: int) -> dict:
-        order = np.argsort(-probs, kind="stable")[:max(top_k, 1)]
-        out = {"text": rec.text,
-               "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
-               "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
-               "relation": self.labels[order[0]], "score": float(probs[order[0]]),
-               "top_k": [{"relation": self.labels[i], "score": float(probs[i])} for i in order]}
-        if rec.relation is not None:
-            out["gold"] = rec.relation
-        return out
+        return result_row(rec, probs, self.labels, top_k)
 
 
 def _context(device: str | torch.device) -> D.DistContext:
@@ -212,6 +204,33 @@ def expand(items: list) -> list[tuple[object, list[Record]]]:
     """Each item with the records to predict for it: a record itself, every pair of an
     EntitySentence."""
     return [(item, item.pairs() if isinstance(item, EntitySentence) else [item]) for item in items]
+
+
+def result_row(rec: Record, probs: np.ndarray, labels: list[str], top_k: int = 3) -> dict:
+    """One answer as ``reltrain predict`` writes it: the example, the top relation and its score,
+    the ``top_k`` alternatives, and ``gold`` when the example has a relation."""
+    order = np.argsort(-probs, kind="stable")[:max(top_k, 1)]
+    out = {"text": rec.text,
+           "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
+           "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
+           "relation": labels[order[0]], "score": float(probs[order[0]]),
+           "top_k": [{"relation": labels[i], "score": float(probs[i])} for i in order]}
+    if rec.relation is not None:
+        out["gold"] = rec.relation
+    return out
+
+
+def write_predictions(path: str, records: list[Record], probs: np.ndarray, labels: list[str],
+                      top_k: int = 3) -> None:
+    """Every example with its gold and predicted relation, one JSON line each, in order (a run's
+    ``test_predictions.jsonl``, ``reltrain evaluate --predictions``)."""
+    import json
+
+    from reltrain.output import atomic_file
+
+    with atomic_file(path) as f:
+        for rec, p in zip(records, probs):
+            f.write(json.dumps(result_row(rec, p, labels, top_k), ensure_ascii=False) + "\n")
 
 
 def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[dict]) -> list[dict]:

@@ -31,7 +31,11 @@ class EpochLine(Callback):
         parts = [f"epoch {record['epoch']}/{self.epochs}", f"loss {record['train_loss']:.4f}"]
         if "valid" in record:
             v = record["valid"]
-            parts += [f"valid macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
+            if v.get("negative_label") is not None:
+                parts.append(f"valid positive micro-F1 {v['positive_micro_f1']:.4f}")
+                parts += [f"macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
+            else:
+                parts += [f"valid macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
         parts += [f"lr {record['lr']:.2g}", f"{record['train_sent_per_s']:.0f} sent/s"]
         if record.get("best"):
             parts.append(f"* best {self.metric}")
@@ -135,8 +139,9 @@ def tensorboard_available() -> bool:
     return True
 
 
-def build_callbacks(run_dir: Path, cfg) -> list[Callback]:
-    callbacks: list[Callback] = [EpochLine(cfg.train.epochs, cfg.train.select_metric),
+def build_callbacks(run_dir: Path, cfg, select: str) -> list[Callback]:
+    """``select``: the validation figure that picks best.pt, as resolved for this data."""
+    callbacks: list[Callback] = [EpochLine(cfg.train.epochs, select),
                                  MetricsLog(run_dir / "metrics.jsonl")]
     if cfg.log.plots:
         callbacks.append(CurvePlots(run_dir / "plots"))

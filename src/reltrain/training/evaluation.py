@@ -14,9 +14,19 @@ from reltrain.training.metrics import compute_metrics
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],
              ctx: D.DistContext, progress: bool = False, desc: str = "eval",
-             precision=None) -> tuple[dict, np.ndarray]:
-    """Metrics of ``model`` on a labelled split, identical on every rank; also the predictions."""
+             precision=None, negative: int | None = None,
+             with_loss: bool = False) -> tuple[dict, np.ndarray]:
+    """Metrics of ``model`` on a labelled split, identical on every rank (with the positive
+    figures when ``negative`` names the "no relation" label; ``with_loss``: the mean
+    cross-entropy too, which unlike the others moves with float rounding between world sizes);
+    also the probabilities, (N, C) in the split's order."""
     probs = predict_probs(model, eval_loader(dataset, batch_size, ctx), len(dataset), ctx,
                           progress, desc, precision)
-    pred = probs.argmax(axis=1)
-    return compute_metrics(dataset.split.labels, pred, labels), pred
+    gold = dataset.split.labels
+    metrics = compute_metrics(gold, probs.argmax(axis=1), labels, negative)
+    if not with_loss:
+        return metrics, probs
+    known = gold >= 0
+    picked = probs[np.flatnonzero(known), gold[known]].astype(np.float64)
+    metrics["loss"] = float(-np.log(np.maximum(picked, 1e-12)).mean()) if picked.size else None
+    return metrics, probs

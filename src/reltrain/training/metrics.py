@@ -6,10 +6,31 @@ import unicodedata
 
 import numpy as np
 
+from reltrain.errors import UserError
 
-def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> dict:
+
+
+def resolve_select(setting: str, negative: int | None) -> str:
+    """The validation figure ``train.select_metric`` names; ``auto``: positive micro-F1 where
+    there is a negative relation (docs/benchmarks.md has the measurement), else macro-F1."""
+    if setting == "auto":
+        return "positive_micro_f1" if negative is not None else "macro_f1"
+    if setting.startswith("positive_") and negative is None:
+        raise UserError(f"train.select_metric={setting} needs a negative relation: none of the "
+                        f"labels is named like one; set eval.negative_label=LABEL")
+    return setting
+
+
+def better(metric: str, new: float, old: float) -> bool:
+    """Whether ``new`` improves on ``old``: lower for the loss, higher for every other figure."""
+    return new < old if metric == "loss" else new > old
+
+
+def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str],
+                    negative: int | None = None) -> dict:
     """Macro/micro precision, recall, F1, accuracy and per-class report counted as scikit-learn does
-    (tests/test_metrics.py), without importing it: that cost a sixth of a CNN run's memory."""
+    (tests/test_metrics.py), without importing it: that cost a sixth of a CNN run's memory.
+    ``negative``: the index of the "no relation" label, for the positive figures (below)."""
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     present = np.union1d(y_true, y_pred)
     hit = y_pred[y_true == y_pred]
@@ -19,13 +40,29 @@ def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -
     micro = _prf(tp.sum(), predicted.sum(), gold.sum())
     per_class = {labels[k]: {"precision": float(p[i]), "recall": float(r[i]), "f1": float(f[i]),
                              "support": int(gold[i])} for i, k in enumerate(present)}
-    return {
+    out = {
         "macro_f1": float(f.mean()), "macro_precision": float(p.mean()),
         "macro_recall": float(r.mean()), "micro_f1": float(micro[2]),
         "micro_precision": float(micro[0]), "micro_recall": float(micro[1]),
         "accuracy": float((y_true == y_pred).mean()), "num_examples": int(len(y_true)),
-        "per_class": per_class,
+        "negative_label": labels[negative] if negative is not None else None,
     }
+    if negative is not None:
+        out.update(positive_metrics(y_true, y_pred, negative))
+        others = present != negative
+        out["positive_macro_f1"] = float(f[others].mean()) if others.any() else 0.0
+    out["per_class"] = per_class
+    return out
+
+
+def positive_metrics(y_true: np.ndarray, y_pred: np.ndarray, negative: int) -> dict:
+    """Micro P/R/F1 as TACRED's scorer counts them: a prediction of the negative relation is no
+    guess, and a gold negative is no gold item; only a right positive answer is correct."""
+    guessed, gold = y_pred != negative, y_true != negative
+    correct = np.count_nonzero(guessed & (y_pred == y_true))
+    p, r, f = _prf(np.float64(correct), np.count_nonzero(guessed), np.count_nonzero(gold))
+    return {"positive_micro_precision": float(p), "positive_micro_recall": float(r),
+            "positive_micro_f1": float(f)}
 
 
 def _prf(tp, predicted, gold):
@@ -53,7 +90,25 @@ def format_report(metrics: dict) -> str:
                     f"{m['support']:>7}")
     rows.append(f"{pad('macro', width)}{metrics['macro_precision']:>8.4f}"
                 f"{metrics['macro_recall']:>8.4f}{metrics['macro_f1']:>8.4f}{metrics['num_examples']:>7}")
+    if metrics.get("negative_label") is not None:
+        gold = sum(m["support"] for name, m in metrics["per_class"].items()
+                   if name != metrics["negative_label"])
+        rows.append(f"{pad('positive', width)}{metrics['positive_micro_precision']:>8.4f}"
+                    f"{metrics['positive_micro_recall']:>8.4f}{metrics['positive_micro_f1']:>8.4f}"
+                    f"{gold:>7}  (micro, without {metrics['negative_label']})")
     return "\n".join(rows)
+
+
+def headline(metrics: dict) -> str:
+    """The figures of a metrics dict in one line, the positive ones first when there are any."""
+    parts = []
+    if metrics.get("negative_label") is not None:
+        parts += [f"positive micro-F1 {metrics['positive_micro_f1']:.4f}",
+                  f"P {metrics['positive_micro_precision']:.4f}",
+                  f"R {metrics['positive_micro_recall']:.4f}",
+                  f"positive macro-F1 {metrics['positive_macro_f1']:.4f}"]
+    parts += [f"macro-F1 {metrics['macro_f1']:.4f}", f"micro-F1 {metrics['micro_f1']:.4f}"]
+    return "  ".join(parts)
 
 
 def display_width(text: str) -> int:

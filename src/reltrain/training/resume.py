@@ -114,7 +114,7 @@ def _dotted(tree: dict, prefix: str = "") -> dict:
 def _bests(value: object) -> bool:
     """``{metric: {"value", "epoch"}}``, each metric's own best."""
     return isinstance(value, dict) and all(
-        k in METRICS and isinstance(v, dict) and set(v) == {"value", "epoch"}
+        k in (*METRICS, "loss") and isinstance(v, dict) and set(v) == {"value", "epoch"}
         and best_metric({"metric": k, **v}) is not None for k, v in value.items())
 
 

@@ -17,6 +17,7 @@ from reltrain.models.dropout import example_noise_seeds
 from reltrain.precision import FP32
 from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
+from reltrain.training.metrics import better
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,8 @@ class Trainer:
     def __init__(self, model: nn.Module, optimizer, schedule, loss_fn: nn.Module, train_loader,
                  valid_set, labels: list[str], train_cfg, checkpointer, ctx: D.DistContext,
                  callbacks=(), progress: bool = False, every_steps: int = 0, stop=None,
-                 precision=None, scaler=None):
+                 precision=None, scaler=None, select: str = "macro_f1",
+                 negative: int | None = None):
         self.model, self.optimizer, self.schedule = model, optimizer, schedule
         self.precision, self.scaler = precision or FP32, scaler
         self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
@@ -55,6 +57,7 @@ class Trainer:
         self.callbacks, self.progress = list(callbacks), progress
         self.every_steps, self.stop = every_steps, stop
         self.ctx = ctx
+        self.select, self.negative = select, negative  # resolved: training/metrics.py
         self.partial = EpochProgress()
         self._vote_every = 1 if self.ctx.world_size == 1 else 8
 
@@ -76,7 +79,7 @@ class Trainer:
             self._save(state, best=improved, summary=record)
             if state.stopped_early:
                 log.info("early stopping: %s has not improved for %d epochs",
-                         self.cfg.select_metric, state.bad_epochs)
+                         self.select, state.bad_epochs)
         return state
 
     def _save(self, state: TrainState, best: bool, summary: dict) -> None:
@@ -172,21 +175,22 @@ class Trainer:
         start = time.perf_counter()
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
                               self.labels, self.ctx, self.progress, desc="valid",
-                              precision=self.precision)
+                              precision=self.precision, negative=self.negative,
+                              with_loss=self.select == "loss")
         record["valid"] = metrics
         record["valid_sent_per_s"] = len(self.valid_set) / max(time.perf_counter() - start, 1e-9)
-        for name in METRICS:
+        for name in (*METRICS, "loss"):
             old = state.best_by_metric.get(name)
-            if old is None or metrics[name] > old["value"]:
+            if name in metrics and (old is None or better(name, metrics[name], old["value"])):
                 state.best_by_metric[name] = {"value": metrics[name], "epoch": epoch}
-        key = self.cfg.select_metric
+        key = self.select
         value = metrics[key]
-        improved = state.best is None or value > state.best["value"]
+        improved = state.best is None or better(key, value, state.best["value"])
         if improved:
             state.best = {"metric": key, "value": value, "epoch": epoch, "valid": metrics}
             state.bad_epochs = 0
         else:
             state.bad_epochs += 1
-        self.schedule.after_epoch(value)
+        self.schedule.after_epoch(-value if key == "loss" else value)  # the plateau wants more
         record["best"] = improved
         return improved
