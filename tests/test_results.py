@@ -117,3 +117,92 @@ def test_an_unknown_negative_label_stops_at_start(small_en, tmp_path, capsys):
     line = cli_error(capsys, "train", *data_overrides(small_en), "eval.negative_label=none",
                      "train.select_metric=positive_micro_f1", f"output_dir={tmp_path / 'run2'}")
     assert "needs a negative relation" in line
+
+
+def write_every_format(rows: list[dict], folder) -> dict:
+    """The same examples (JSONL rows of space-separated tokens) as CSV, TACRED's JSON array,
+    SemEval's numbered tagged file, and tagged sentences in a CSV and a JSONL field."""
+    import csv
+
+    def tagged(row):
+        text, (hs, he), (ts, te) = row["text"], row["h"]["pos"], row["t"]["pos"]
+        marks = sorted([(hs, "<e1>"), (he, "</e1>"), (ts, "<e2>"), (te, "</e2>")], reverse=True)
+        for at, tag in marks:
+            text = text[:at] + tag + text[at:]
+        return text
+
+    def token_span(text, start, end):
+        first = text[:start].count(" ")
+        return first, first + text[start:end].count(" ")  # inclusive, as TACRED writes it
+
+    out = {"jsonl": folder / "rows.jsonl", "csv": folder / "rows.csv",
+           "tacred": folder / "rows.json", "semeval": folder / "rows.txt",
+           "tagged_csv": folder / "tagged.csv", "tagged_jsonl": folder / "tagged.jsonl"}
+    out["jsonl"].write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with open(out["csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["sentence", "relation", "head", "head_offset", "tail", "tail_offset"])
+        for r in rows:
+            (hs, he), (ts, te) = r["h"]["pos"], r["t"]["pos"]
+            w.writerow([r["text"], r["relation"], r["text"][hs:he], hs, r["text"][ts:te], ts])
+    tacred = []
+    for i, r in enumerate(rows):
+        ss, se = token_span(r["text"], *r["h"]["pos"])
+        os_, oe = token_span(r["text"], *r["t"]["pos"])
+        tacred.append({"id": str(i), "relation": r["relation"], "token": r["text"].split(" "),
+                       "subj_start": ss, "subj_end": se, "obj_start": os_, "obj_end": oe,
+                       "subj_type": "PERSON", "obj_type": "LOCATION"})
+    out["tacred"].write_text(json.dumps(tacred, indent=1))
+    out["semeval"].write_text("".join(f'{i + 1}\t"{tagged(r)}"\n{r["relation"]}\nComment:\n\n'
+                                      for i, r in enumerate(rows)))
+    with open(out["tagged_csv"], "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["sentence", "relation"])
+        for r in rows:
+            w.writerow([tagged(r), r["relation"]])
+    out["tagged_jsonl"].write_text("".join(json.dumps({"text": tagged(r), "relation": r["relation"]})
+                                           + "\n" for r in rows))
+    return out
+
+
+def test_the_benchmarks_formats_give_the_same_examples_and_figures(run, small_en, tmp_path, capsys):
+    from reltrain.data.readers import read_records
+
+    rows = [json.loads(line) for line in open(small_en["test"])]
+    files = write_every_format(rows, tmp_path)
+    examples = {}
+    for kind, path in files.items():
+        records = read_records(path).records
+        examples[kind] = [(r.text, r.head.start, r.head.end, r.tail.start, r.tail.end, r.relation)
+                          for r in records]
+    assert len(examples["jsonl"]) == len(rows)
+    for kind, got in examples.items():
+        assert got == examples["jsonl"], kind
+    figures = {}
+    for kind in ("tacred", "semeval", "jsonl"):
+        capsys.readouterr()
+        assert main(["evaluate", str(run), str(files[kind])]) == 0
+        figures[kind] = json.loads(capsys.readouterr().out)
+    assert figures["tacred"] == figures["semeval"] == figures["jsonl"]
+
+
+def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):
+    from reltrain.data.readers import read_records
+    from reltrain.errors import DataError
+
+    tacred = tmp_path / "bad.json"
+    tacred.write_text('[\n {"token": ["a", "b"], "subj_start": 0, "subj_end": 0, '
+                      '"obj_start": 1, "obj_end": 1, "relation": "r"},\n'
+                      ' {"token": ["a", "b"], "subj_start": 1, "subj_end": 0, '
+                      '"obj_start": 1, "obj_end": 1, "relation": "r"}\n]\n')
+    with pytest.raises(DataError, match=r"bad.json:3: field 'subj_end': 0 is before subj_start 1"):
+        read_records(tacred)
+    semeval = tmp_path / "bad.txt"
+    semeval.write_text('1\t"The <e1>child</e1> was in the <e2>cradle</e2>."\nOther\n\n'
+                       '2\t"The <e1>child</e1> was in the cradle."\nOther\n')
+    with pytest.raises(DataError, match=r"bad.txt:4: field 'sentence': expected one <e2>"):
+        read_records(semeval)
+    unknown = tmp_path / "data.xyz"
+    unknown.write_text("just words\n")
+    with pytest.raises(UserError, match="not a format reltrain reads; expected CSV"):
+        read_records(unknown)

@@ -95,7 +95,7 @@ def test_no_arguments_trains_the_bundled_example(tmp_path):
     result = run_cli("train", "train.epochs=2", "log.progress=false", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert len(list((tmp_path / "runs").iterdir())) == 1
-    assert "run directory:" in result.stdout and "test (best checkpoint): macro-F1" in result.stdout
+    assert "run directory:" in result.stdout and "test (best checkpoint): positive micro-F1" in result.stdout
     assert "bundled English example" in result.stderr
 
 

@@ -14,6 +14,7 @@ from functools import partial
 from itertools import chain
 from typing import Callable, Iterable, Iterator
 
+from reltrain.data import formats
 from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
 from reltrain.errors import DataError, UserError
 
@@ -137,12 +138,45 @@ def iter_rows(path: str | Path, *, require_relation: bool = True,
         if head and head[-1].lstrip().startswith("{"):
             return _jsonl_rows(path, require_relation, entity_lists, lines)
         return _csv_rows(path, require_relation, lines)
-    suffix = Path(path).suffix.lower()
-    if suffix == ".csv":
+    kind = _detect(path)
+    if kind == "tacred":
+        return formats.tacred_rows(path, read_lines(path), partial(
+            _tacred_record, require_relation=require_relation))
+    if kind == "semeval":
+        return formats.semeval_rows(path, read_lines(path), _finish, partial(
+            _relation, require_relation=require_relation))
+    if kind == "csv":
         return _csv_rows(path, require_relation)
+    return _jsonl_rows(path, require_relation, entity_lists)
+
+
+FORMATS = ("CSV with a header (sentence,relation,head,head_offset,tail,tail_offset, or "
+           "sentence,relation with <e1>/<e2> tags), JSON lines, TACRED's JSON array, or "
+           "SemEval's numbered sentences with <e1>/<e2> tags")
+
+
+def _detect(path: str) -> str:
+    """The format of a file, from its first non-blank line; its name only where the content
+    does not tell (a CSV header, or plain lines)."""
+    first = next((line for line in read_lines(path) if line.strip()), "")
+    stripped = first.lstrip("\ufeff").lstrip()
+    if stripped.startswith("["):
+        return "tacred"
+    if stripped.startswith("{"):
+        return "jsonl"
+    numbered = formats.NUMBERED.match(first)
+    if numbered and formats.has_tags(numbered.group(2)):
+        return "semeval"
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv" or ("," in first and suffix not in (".jsonl", ".json", ".txt")):
+        return "csv"
     if suffix in (".jsonl", ".json", ".txt"):
-        return _jsonl_rows(path, require_relation, entity_lists)
-    raise UserError(f"{path}: unknown data format '{suffix}': expected .csv or .jsonl")
+        return "jsonl"  # each line then says what is wrong with it
+    raise UserError(f"{path}: not a format reltrain reads; expected {FORMATS}")
+
+
+def _tacred_record(obj, path, line, require_relation) -> Record:
+    return formats.tacred_object(obj, path, line, require_relation, json_record)
 
 
 def _preview(labels: list[str], limit: int = 8) -> str:
@@ -157,7 +191,9 @@ def _csv_rows(path: str, require_relation: bool, lines: Iterator[str] | None = N
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
         raise DataError(path, 1, None, f"bad CSV header: {exc}") from None
-    required = [c for c in CSV_COLUMNS if require_relation or c != "relation"]
+    tagged = "head" not in header and "sentence" in header  # the entities tagged in the text
+    columns = ("sentence", "relation") if tagged else CSV_COLUMNS
+    required = [c for c in columns if require_relation or c != "relation"]
     missing = [c for c in required if c not in header]
     if missing:
         # A stray quote can swallow the whole file into one header field: shown escaped and cut.
@@ -184,7 +220,8 @@ def _csv_rows(path: str, require_relation: bool, lines: Iterator[str] | None = N
         start, line = line, reader.line_num + 1
         if not values or all(not v.strip() for v in values):
             continue
-        yield start, partial(_csv_record, path, start, header, col, values, require_relation)
+        yield start, partial(_csv_record, path, start, header, col, values, require_relation,
+                             tagged)
 
 
 def _raise(exc: Exception):
@@ -195,7 +232,7 @@ def _raiser(exc: Exception):
     return partial(_raise, exc)
 
 
-def _csv_record(path, line, header, col, values, require_relation) -> Record:
+def _csv_record(path, line, header, col, values, require_relation, tagged=False) -> Record:
     if len(values) != len(header):
         raise DataError(path, line, None,
                         f"{len(values)} fields but the header has {len(header)} (check quoting)")
@@ -203,6 +240,9 @@ def _csv_record(path, line, header, col, values, require_relation) -> Record:
     text = get("sentence")
     if not text.strip():
         raise DataError(path, line, "sentence", "empty sentence")
+    if tagged:
+        relation = _relation(path, line, get("relation"), require_relation)
+        return formats.tagged_record(text, relation, path, line, "sentence", _finish)
     head = _entity(path, line, text, "head", get("head"), _offset(path, line, "head_offset",
                                                                    get("head_offset")),
                    get("head_type").strip())
@@ -317,6 +357,8 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
         return entity_sentence(obj, path, line)
     relation = _relation(path, line, obj.get("relation"), require_relation)
     tokens = None
+    if isinstance(obj.get("text"), str) and "h" not in obj and formats.has_tags(obj["text"]):
+        return formats.tagged_record(obj["text"], relation, path, line, "text", _finish)
     if "text" in obj:
         text = obj["text"]
         if not isinstance(text, str) or not text.strip():
