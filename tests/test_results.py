@@ -206,3 +206,25 @@ def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):
     unknown.write_text("just words\n")
     with pytest.raises(UserError, match="not a format reltrain reads; expected CSV"):
         read_records(unknown)
+
+
+def test_compare_puts_runs_side_by_side(run, small_en, tmp_path, capsys):
+    other = tmp_path / "other"
+    assert main(["train", *data_overrides(small_en), "train.epochs=1", "log.plots=false",
+                 "model.cnn.num_filters=4", f"output_dir={other}"]) == 0
+    capsys.readouterr()
+    assert main(["compare", str(run), str(other), "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    first, second = (json.loads((r / "summary.json").read_text())["test"] for r in (run, other))
+    assert result["test"]["positive_micro_f1"] == [first["positive_micro_f1"],
+                                                   second["positive_micro_f1"]]
+    assert result["per_relation_f1"]["born_in"] == [first["per_class"]["born_in"]["f1"],
+                                                    second["per_class"]["born_in"]["f1"]]
+    assert result["config_differences"]["model.cnn.num_filters"] == [8, 4]
+    assert result["config_differences"]["train.epochs"] == [2, 1]
+    assert "output_dir" not in result["config_differences"]
+    assert main(["compare", str(run), str(other)]) == 0
+    text = capsys.readouterr().out
+    assert "pos. micro-F1" in text and "F1 per relation" in text
+    assert "model.cnn.num_filters: [1] 8  [2] 4" in text
+    assert "not a finished run directory" in cli_error(capsys, "compare", str(run), str(tmp_path))

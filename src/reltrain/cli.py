@@ -45,6 +45,10 @@ def _parser() -> argparse.ArgumentParser:
                    help="the training file first, then others (valid, test) to compare with it")
     p.add_argument("--labels", default="", metavar="FILE", help="the label file (relation.csv)")
     p.add_argument("--json", dest="as_json", action="store_true", help="the report as JSON")
+    p = sub.add_parser("compare", help="finished runs side by side: test figures, F1 per "
+                                       "relation, the options that differ")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--json", dest="as_json", action="store_true", help="the comparison as JSON")
     p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
     p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
     p.add_argument("data", help="labelled .csv or .jsonl")
@@ -233,6 +237,10 @@ def _dispatch(args) -> int:
             run_preprocess(cfg)
         else:
             run_train(cfg)
+    elif args.command == "compare":
+        from reltrain.compare_cmd import CompareOptions, run_compare
+
+        run_compare(CompareOptions(args.runs, args.as_json))
     elif args.command == "inspect":
         from reltrain.inspect_cmd import InspectOptions, run_inspect
 
