@@ -14,8 +14,8 @@ import torch
 
 from reltrain.cli import _parser
 
-from conftest import (EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, run, run_cli, torchrun,
-                      user_error)
+from conftest import (EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, read_jsonl, run, run_cli,
+                      torchrun, user_error)
 
 pytestmark = pytest.mark.slow
 
@@ -58,6 +58,10 @@ def test_two_processes_equal_one_with_the_global_batch(runs):
     for a, b in zip(metrics_log(runs["one"]), metrics_log(runs["two"])):
         assert a["valid"] == b["valid"]
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
+    # Every test row once, in input order, with the same answer as one process gave.
+    answers = [[(a["text"], a["gold"], a["relation"]) for a in read_jsonl(r / "test_predictions.jsonl")]
+               for r in (runs["one"], runs["two"])]
+    assert answers[0] == answers[1] and len(answers[0]) == 79
     summary = json.loads((runs["two"] / "summary.json").read_text())
     assert (summary["world_size"], summary["batch_size"], summary["global_batch_size"]) == (2, 8, 16)
     # memory: the run's is every rank's with its children; rank 1 alone holds torch (> 100 MB)

@@ -81,6 +81,11 @@ def test_a_run_keeps_every_test_answer_and_its_figures_match_them(run, small_en)
     assert (test["positive_micro_precision"], test["positive_micro_recall"],
             test["positive_micro_f1"]) == pytest.approx((p, r, f), abs=1e-12)
     assert all(len(a["top_k"]) == 3 and a["top_k"][0]["relation"] == a["relation"] for a in answers)
+    predicted = run.parent / "predicted.jsonl"  # reltrain predict's answers count the same
+    assert main(["predict", str(run), small_en["test"], "--output", str(predicted)]) == 0
+    guesses = [a["relation"] for a in read_jsonl(predicted)]
+    assert tacred_score([a["gold"] for a in answers], guesses, "no_relation") == pytest.approx(
+        (p, r, f), abs=1e-12)
 
 
 def test_evaluate_gives_the_same_figures_and_answers(run, small_en, tmp_path, capsys):
