@@ -35,13 +35,15 @@ def _reaching(imports: dict, prefixes: tuple[str, ...]) -> dict[str, list[str]]:
 def test_the_layers_import_only_downwards():
     imports = _imports()
     upper = ("reltrain.training", "reltrain.inference", "reltrain.train_cmd", "reltrain.predict",
-             "reltrain.evaluate", "reltrain.cli")
+             "reltrain.evaluate", "reltrain.cli", "reltrain.inspect_cmd", "reltrain.compare_cmd",
+             "reltrain.report_cmd")
     below = {m: n for m, n in imports.items()
              if m.startswith(("reltrain.data.", "reltrain.models."))
              or m in {f"reltrain.{name}" for name in SHARED}}
     assert _reaching(below, upper) == {}
     inference = {m: n for m, n in imports.items() if m.startswith("reltrain.inference.")}
-    assert _reaching(inference, ("reltrain.training", "reltrain.train_cmd", "reltrain.predict")) == {}
+    assert _reaching(inference, ("reltrain.training", "reltrain.train_cmd", "reltrain.predict",
+                                 "reltrain.compare_cmd", "reltrain.report_cmd")) == {}
 
 
 def test_one_module_is_rank_aware():

@@ -45,6 +45,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="the training file first, then others (valid, test) to compare with it")
     p.add_argument("--labels", default="", metavar="FILE", help="the label file (relation.csv)")
     p.add_argument("--json", dest="as_json", action="store_true", help="the report as JSON")
+    p = sub.add_parser("report", help="one offline HTML page of runs: figures, curves, F1 per "
+                                      "relation, confusion matrix, misclassified rows")
+    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
+    p.add_argument("--output", default="report.html", metavar="FILE",
+                   help="the page to write (default report.html)")
     p = sub.add_parser("compare", help="finished runs side by side: test figures, F1 per "
                                        "relation, the options that differ")
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -237,6 +242,10 @@ def _dispatch(args) -> int:
             run_preprocess(cfg)
         else:
             run_train(cfg)
+    elif args.command == "report":
+        from reltrain.report_cmd import ReportOptions, run_report
+
+        run_report(ReportOptions(args.runs, args.output))
     elif args.command == "compare":
         from reltrain.compare_cmd import CompareOptions, run_compare
 

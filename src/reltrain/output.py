@@ -49,6 +49,7 @@ def atomic_file(path: str | Path, mode: str = "w", suffix: str = ".part", fsync:
     except OSError as exc:
         raise UserError(f"cannot write {path}: {exc.strerror or exc}") from None
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # as open() would create it (mkstemp makes it 0600)
         with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as f:
             yield f
             if fsync:
@@ -61,6 +62,12 @@ def atomic_file(path: str | Path, mode: str = "w", suffix: str = ".part", fsync:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 @contextmanager

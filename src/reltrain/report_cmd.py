@@ -1,0 +1,149 @@
+"""``reltrain report RUN_DIR... --output report.html``: one self-contained page (data, script and
+style inline; nothing from the network) to look at runs: headline figures, learning curves, F1 per
+relation, the confusion matrix with its examples, and the test rows each run got wrong. Every
+value reaches the page as JSON and is shown by the page's script as text, never as markup."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from reltrain.errors import UserError
+
+PAGE = Path(__file__).parent / "pages" / "report.html"
+MAX_LINE = 1 << 20  # one line of metrics.jsonl or test_predictions.jsonl
+MAX_ROWS = 1_000_000  # test rows read per run
+SHOWN_MISTAKES = 300  # misclassified rows embedded per run (the most confident first)
+
+
+@dataclass
+class ReportOptions:
+    runs: list[str] = field(default_factory=list)
+    output: str = "report.html"
+
+    def __post_init__(self):
+        if not self.runs:
+            raise UserError("give one or more run directories")
+        for run in self.runs:
+            if not (Path(run) / "summary.json").is_file():
+                raise UserError(f"{run}: not a finished run directory (no summary.json)")
+        if not self.output:
+            raise UserError("--output must name the page to write")
+
+
+def _jsonl(path: Path, limit: int) -> list[dict]:
+    rows = []
+    if not path.is_file():
+        return rows
+    with open(path, "rb") as f:
+        for raw in f:
+            if len(rows) >= limit or len(raw) > MAX_LINE:
+                break
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):
+                continue  # a damaged line: the run's own readers say so
+            if isinstance(row, dict):
+                rows.append(row)
+    return rows
+
+
+def _curves(run: Path) -> list[dict]:
+    out = []
+    for row in _jsonl(run / "metrics.jsonl", 100_000):
+        valid = row.get("valid") if isinstance(row.get("valid"), dict) else {}
+        out.append({"epoch": row.get("epoch"), "train_loss": row.get("train_loss"),
+                    "lr": row.get("lr"),
+                    **{k: valid.get(k) for k in ("positive_micro_f1", "macro_f1", "micro_f1")}})
+    return out
+
+
+def _answers(run: Path, labels: list[str]) -> dict:
+    """The confusion counts of the test rows and the most confident mistakes (their text)."""
+    rows = _jsonl(run / "test_predictions.jsonl", MAX_ROWS)
+    counts: dict = {}
+    wrong = []
+    for i, row in enumerate(rows):
+        gold, guess = row.get("gold"), row.get("relation")
+        if not isinstance(gold, str) or not isinstance(guess, str):
+            continue
+        counts[f"{gold}\t{guess}"] = counts.get(f"{gold}\t{guess}", 0) + 1
+        if gold != guess:
+            wrong.append((-float(row.get("score") or 0), i, row))
+    wrong.sort(key=lambda item: item[:2])
+    shown = [{"row": i, "text": r.get("text"), "head": r.get("head"), "tail": r.get("tail"),
+              "gold": r.get("gold"), "relation": r.get("relation"), "score": r.get("score"),
+              "gold_score": next((k.get("score") for k in r.get("top_k") or []
+                                  if isinstance(k, dict) and k.get("relation") == r.get("gold")), None)}
+             for _, i, r in wrong[:SHOWN_MISTAKES]]
+    return {"rows": len(rows), "confusion": counts, "mistakes": shown, "wrong": len(wrong)}
+
+
+def report_data(runs: list[str]) -> dict:
+    """What the page shows, as plain data."""
+    from reltrain.compare_cmd import _read_json, compare_runs
+
+    compared = compare_runs(runs) if len(runs) > 1 else None
+    data = {"runs": [], "config_differences": (compared or {}).get("config_differences", {})}
+    for run in runs:
+        path = Path(run)
+        summary = _read_json(path / "summary.json")
+        test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
+        per_class = test.get("per_class") if isinstance(test.get("per_class"), dict) else {}
+        config = _config(path)
+        data["runs"].append({
+            "name": path.name or str(path), "path": str(path),
+            "encoder": config.get("model.name"),
+            "data": {k: config.get(f"data.{k}") for k in ("train", "valid", "test")},
+            "world_size": summary.get("world_size"),
+            "global_batch_size": summary.get("global_batch_size"),
+            "epochs_run": summary.get("epochs_run"), "best": summary.get("best", {}) and {
+                k: (summary.get("best") or {}).get(k) for k in ("metric", "value", "epoch")},
+            "seconds": sum(r.get("train_seconds") or 0 for r in _jsonl(path / "metrics.jsonl", 100_000)),
+            "test": {k: v for k, v in test.items() if k != "per_class"},
+            "per_class": per_class,
+            "curves": _curves(path),
+            "answers": _answers(path, list(per_class)),
+        })
+    return data
+
+
+def _config(run: Path) -> dict:
+    from reltrain.compare_cmd import _config as flat_config
+
+    try:
+        return flat_config(run)
+    except UserError:
+        return {}
+
+
+def page_html(data: dict) -> str:
+    """The page with ``data`` inside: JSON in a script element, with ``<``, ``>`` and ``&``
+    escaped, so that no value can end the element or start markup."""
+    text = json.dumps(_finite(data), ensure_ascii=False, allow_nan=False)
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    text = text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return PAGE.read_text(encoding="utf-8").replace("__REPORT_DATA__", text)
+
+
+def _finite(value):
+    """``value`` with NaN and infinities as null: JSON.parse refuses them."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def run_report(options: ReportOptions) -> Path:
+    from reltrain.output import write_output
+
+    data = report_data(options.runs)
+    write_output(options.output, page_html(data))
+    shown = sum(len(r["answers"]["mistakes"]) for r in data["runs"])
+    print(f"wrote {options.output} ({len(data['runs'])} run(s), {shown} misclassified test rows "
+          f"shown); open it in a browser: it needs no network")
+    return Path(options.output)
