@@ -130,6 +130,8 @@ def _parser() -> argparse.ArgumentParser:
                         "a second signal stops at once)")
     p.add_argument("--access-log", action="store_true",
                    help="one JSON line per request on stderr (request id, status, time)")
+    p.add_argument("--no-demo", dest="demo", action="store_false",
+                   help="no demo page at GET / (the JSON API only)")
     _model_args(p)
     return parser
 
@@ -267,7 +269,7 @@ def _dispatch(args) -> int:
                                max_text_chars=args.max_text_chars,
                                max_request_chars=args.max_request_chars, amp=args.amp,
                                max_queue=args.max_queue, body_timeout_s=args.body_timeout_s,
-                               access_log=args.access_log)
+                               access_log=args.access_log, demo=args.demo)
         serve(options, args.host, args.port, args.workers, args.max_connections,
               args.drain_timeout_s)
     elif args.command == "evaluate":

@@ -14,6 +14,7 @@ import socket
 import time
 import uuid
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
 from reltrain.errors import UserError
@@ -45,6 +46,7 @@ class ServeOptions:
     max_queue: int = 4096  # examples waiting for the model; beyond: 503
     body_timeout_s: float = 30.0  # a body slower than this: 408
     access_log: bool = False  # one JSON line per request (stderr)
+    demo: bool = True  # the demo page at GET /
 
     def __post_init__(self):
         check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
@@ -147,6 +149,16 @@ def create_app(options: ServeOptions):
         return error(422, first.get("msg", "invalid request"),
                      ".".join(str(p) for p in first.get("loc", ())[1:]) or None)
 
+    if options.demo:
+        from fastapi.responses import HTMLResponse
+
+        page = (Path(__file__).parents[1] / "pages" / "demo.html").read_text(encoding="utf-8")
+
+        @app.get("/", include_in_schema=False)
+        async def demo():
+            # The page may talk to this server only: no script, style or font from elsewhere.
+            return HTMLResponse(page, headers={"Content-Security-Policy": _DEMO_POLICY})
+
     @app.get("/health")
     async def health():
         batcher = state["batcher"]
@@ -203,7 +215,9 @@ def create_app(options: ServeOptions):
     return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight)
 
 
-_PATHS = ("/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
+_DEMO_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+                "connect-src 'self'; img-src data:")
+_PATHS = ("/", "/predict", "/health", "/ready", "/model", "/metrics", "/docs", "/openapi.json")
 _INLINE_BODY = 2048  # bytes, about 20 examples: too little work to matter to the event loop
 
 
@@ -340,8 +354,9 @@ def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, work
     wait = (f"waiting up to {options.max_wait_ms:g} ms for more" if options.max_wait_ms
             else "what queued while the model was busy")
     log.info("serving %s on http://%s:%d (POST /predict, GET /health /ready /model /metrics "
-             "/docs); %d worker process(es), batches of up to %d examples (%s)",
-             options.model, host, port, workers, options.max_batch, wait)
+             "/docs%s); %d worker process(es), batches of up to %d examples (%s)",
+             options.model, host, port, " and the demo page /" if options.demo else "", workers,
+             options.max_batch, wait)
     os.environ[OPTIONS_ENV] = json.dumps(asdict(options))
     uvicorn.run("reltrain.inference.server:app_from_env", factory=True, host=host, port=port,
                 workers=workers, access_log=False, log_level="info",
