@@ -73,7 +73,8 @@ def test_unknown_relation_empty_file_and_encoding(tmp_path, zh_csv):
                       + "café,r,c,0,é,3\n".encode("latin-1"))
     with pytest.raises(DataError, match=r"latin.csv:2: not UTF-8"):
         read_records(latin)
-    with pytest.raises(UserError, match="unknown data format"):
+    (tmp_path / "x.tsv").write_text("sentence\trelation\n")
+    with pytest.raises(UserError, match="x.tsv: not a format reltrain reads; expected CSV"):
         read_records(tmp_path / "x.tsv")
 
 
