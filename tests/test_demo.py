@@ -157,6 +157,21 @@ def test_typing_a_sentence_and_selecting_head_and_tail_answers_as_predict(model)
         assert top == expected
         assert chrome.js("document.getElementById('head_offset').value") == "0"
         assert chrome.js("document.getElementById('tail_offset').value") == str(TEXT.index(TAIL))
+        # Every pair of three entities, each added from a selection.
+        chrome.js("document.querySelector('input[name=mode][value=all]').click()")
+        for name in (HEAD, "born", TAIL):
+            start = TEXT.index(name)
+            chrome.js(f"document.getElementById('text').setSelectionRange({start}, "
+                      f"{start + len(name)})")
+            chrome.js("document.getElementById('add-entity').click()")
+        chrome.js("document.getElementById('submit').click()")
+        rows = 0
+        for _ in range(150):
+            rows = chrome.js("document.querySelectorAll('#answer table tr').length")
+            if rows:
+                break
+            time.sleep(0.1)
+        assert rows == 1 + 6  # a header and the 3 x 2 ordered pairs
     finally:
         chrome.close()
         srv.stop()
