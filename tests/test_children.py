@@ -80,11 +80,10 @@ def test_the_handler_notes_once_and_a_second_signal_acts_as_before():
     try:
         with stops.StopRequest() as stop:
             os.kill(os.getpid(), signal.SIGUSR1)
-            assert stop.signum == signal.SIGUSR1 and stops.requested() == signal.SIGUSR1
+            assert stop.signum == signal.SIGUSR1
             os.kill(os.getpid(), signal.SIGUSR1)  # the handler before it runs again
             assert seen == [signal.SIGUSR1]
-        assert stops.requested() == 0  # nothing installed: library use never stops on its own
-        stops.check("never raised")
+        stops.check("never raised")  # nothing installed: library use never stops on its own
     finally:
         signal.signal(signal.SIGUSR1, before)
 

@@ -109,8 +109,3 @@ def checked():
         return
     with _active.checked():
         yield
-
-
-def requested() -> int:
-    """The stop signal noted so far, or 0."""
-    return _active.signum if _active is not None else 0

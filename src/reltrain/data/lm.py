@@ -3,7 +3,6 @@ character offsets, a window around them, and [UNK]-only characters added as toke
 
 from __future__ import annotations
 
-import json
 import tempfile
 from collections import Counter
 from collections.abc import Iterable
@@ -119,9 +118,6 @@ class LMTokenizer:
             self.hf.save_pretrained(tmp)
             return {p.name: p.read_text(encoding="utf-8") for p in Path(tmp).iterdir()
                     if p.name in TOKENIZER_FILES}
-
-    def fingerprint(self) -> str:
-        return json.dumps([sorted(self.files().items()), self.types, self.added])
 
     def __len__(self) -> int:
         return len(self.hf)

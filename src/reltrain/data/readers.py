@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
 from itertools import chain
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterator
 
 from reltrain.data import formats
 from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
@@ -485,8 +485,3 @@ def read_labels(path: str | Path) -> list[str]:
     if dupes:
         raise DataError(path, None, None, f"relation(s) listed twice: {', '.join(dupes)}")
     return labels
-
-
-def labels_from_records(records: Iterable[Record]) -> list[str]:
-    """Labels of a training file when no label file is given: sorted, so the order is stable."""
-    return sorted({r.relation for r in records if r.relation is not None})

@@ -34,7 +34,6 @@ def _jieba():
 def _private_folder() -> str:
     """``$XDG_CACHE_HOME/reltrain/jieba``, made private to this user; a fresh temporary folder
     where that cannot be had (it is then rebuilt at each start, a second)."""
-    import os
     import tempfile
 
     from reltrain.data.preprocess import default_cache_dir, owned_privately
