@@ -89,6 +89,9 @@ def test_hostile_config_files_are_one_line_and_bounded(tmp_path, capsys):
     (tmp_path / "big.yaml").write_text("# padding\n" * 200_000)
     assert "KiB; not a config" in cli_error(capsys, "train", "--config", str(tmp_path / "big.yaml"))
     assert "aliases" in cli_error(capsys, "train", "data.train=[*a]")
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)  # nobody writes it: opening it for reading would wait for ever
+    assert "not a regular file" in cli_error(capsys, "train", "--config", str(fifo))
 
 
 def test_weights_that_declare_more_than_they_store_are_refused(checkpoint, tmp_path):

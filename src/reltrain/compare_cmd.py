@@ -56,16 +56,22 @@ def _flat(tree: dict, prefix: str = "") -> dict:
     return out
 
 
+def config_differences(configs: list[dict]) -> dict:
+    """The flat option keys whose values are not the same in every run, with each run's value
+    (``output_dir``, which always differs, left out)."""
+    keys = sorted(set().union(*configs))
+    return {k: [c.get(k) for c in configs] for k in keys
+            if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
+            and k != "output_dir"}
+
+
 def compare_runs(runs: list[str]) -> dict:
     """The comparison as plain data (what ``--json`` prints)."""
     summaries = [_read_json(Path(run) / "summary.json") for run in runs]
     configs = [_config(Path(run)) for run in runs]
     tests = [s.get("test") if isinstance(s.get("test"), dict) else {} for s in summaries]
     relations = list(dict.fromkeys(name for t in tests for name in (t.get("per_class") or {})))
-    keys = sorted(set().union(*configs))
-    differ = {k: [c.get(k) for c in configs] for k in keys
-              if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
-              and k != "output_dir"}
+    differ = config_differences(configs)
     return {
         "runs": [{"run_dir": str(run), "encoder": c.get("model.name"),
                   "world_size": s.get("world_size"), "global_batch_size": s.get("global_batch_size"),

@@ -5,6 +5,7 @@ into any amount of memory). Each problem is one ``UserError``."""
 from __future__ import annotations
 
 import os
+import stat
 
 import yaml
 
@@ -68,8 +69,9 @@ def parse_yaml(text: str, where: str) -> object:
 def read_config_file(path: str) -> dict:
     """The mapping in a YAML/JSON config file."""
     try:
-        with open(path, "rb") as f:
-            if not os.path.isfile(path):
+        # Non-blocking, then checked: a FIFO named as the config would otherwise block the open.
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
                 raise UserError(f"{path}: not a regular file")
             raw = f.read(MAX_CONFIG_BYTES + 1)
     except FileNotFoundError:

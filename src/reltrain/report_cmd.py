@@ -49,9 +49,9 @@ def _jsonl(path: Path, limit: int) -> list[dict]:
     return rows
 
 
-def _curves(run: Path) -> list[dict]:
+def _curves(history: list[dict]) -> list[dict]:
     out = []
-    for row in _jsonl(run / "metrics.jsonl", 100_000):
+    for row in history:
         valid = row.get("valid") if isinstance(row.get("valid"), dict) else {}
         out.append({"epoch": row.get("epoch"), "train_loss": row.get("train_loss"),
                     "lr": row.get("lr"),
@@ -59,7 +59,7 @@ def _curves(run: Path) -> list[dict]:
     return out
 
 
-def _answers(run: Path, labels: list[str]) -> dict:
+def _answers(run: Path) -> dict:
     """The confusion counts of the test rows and the most confident mistakes (their text)."""
     rows = _jsonl(run / "test_predictions.jsonl", MAX_ROWS)
     counts: dict = {}
@@ -81,35 +81,36 @@ def _answers(run: Path, labels: list[str]) -> dict:
 
 
 def report_data(runs: list[str]) -> dict:
-    """What the page shows, as plain data."""
-    from reltrain.compare_cmd import _read_json, compare_runs
+    """What the page shows, as plain data; each run's files are read once."""
+    from reltrain.compare_cmd import _read_json, config_differences
 
-    compared = compare_runs(runs) if len(runs) > 1 else None
-    data = {"runs": [], "config_differences": (compared or {}).get("config_differences", {})}
-    for run in runs:
+    configs = [_config(Path(run)) for run in runs]
+    data = {"runs": [], "config_differences": config_differences(configs) if len(runs) > 1 else {}}
+    for run, config in zip(runs, configs):
         path = Path(run)
         summary = _read_json(path / "summary.json")
+        history = _jsonl(path / "metrics.jsonl", 100_000)
         test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
-        per_class = test.get("per_class") if isinstance(test.get("per_class"), dict) else {}
-        config = _config(path)
+        best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
         data["runs"].append({
             "name": path.name or str(path), "path": str(path),
             "encoder": config.get("model.name"),
             "data": {k: config.get(f"data.{k}") for k in ("train", "valid", "test")},
             "world_size": summary.get("world_size"),
             "global_batch_size": summary.get("global_batch_size"),
-            "epochs_run": summary.get("epochs_run"), "best": summary.get("best", {}) and {
-                k: (summary.get("best") or {}).get(k) for k in ("metric", "value", "epoch")},
-            "seconds": sum(r.get("train_seconds") or 0 for r in _jsonl(path / "metrics.jsonl", 100_000)),
+            "epochs_run": summary.get("epochs_run"),
+            "best": {k: best.get(k) for k in ("metric", "value", "epoch")},
+            "seconds": sum(r.get("train_seconds") or 0 for r in history),
             "test": {k: v for k, v in test.items() if k != "per_class"},
-            "per_class": per_class,
-            "curves": _curves(path),
-            "answers": _answers(path, list(per_class)),
+            "per_class": test.get("per_class") if isinstance(test.get("per_class"), dict) else {},
+            "curves": _curves(history),
+            "answers": _answers(path),
         })
     return data
 
 
 def _config(run: Path) -> dict:
+    """The run's options, flat; none if its config.yaml cannot be read (the page goes on)."""
     from reltrain.compare_cmd import _config as flat_config
 
     try:

@@ -365,8 +365,7 @@ def _check_script(data_cfg, texts: list[str], kind: str) -> None:
     """Chinese cut as English words (at spaces) would train a useless model without a word."""
     if kind != "word":
         return
-    letters = [c for c in "".join(texts) if not c.isspace()]
-    cjk = sum(1 for c in letters if is_cjk(c)) / max(len(letters), 1)
+    cjk = cjk_share(texts)
     if cjk > 0.3 and data_cfg.tokenizer == "auto":
         raise DataError(data_cfg.train, None, None,
                         f"{100 * cjk:.0f}% of the characters are Chinese/Japanese/Korean, but "
@@ -375,6 +374,12 @@ def _check_script(data_cfg, texts: list[str], kind: str) -> None:
     if cjk > 0.3:
         log.warning("%s: %.0f%% of the characters are CJK, and data.tokenizer=word cuts them "
                     "only at spaces and punctuation", data_cfg.train, 100 * cjk)
+
+
+def cjk_share(texts) -> float:
+    """The share of the texts' non-space characters that are CJK (0 when there are none)."""
+    letters = [c for text in texts for c in text if not c.isspace()]
+    return sum(map(is_cjk, letters)) / len(letters) if letters else 0.0
 
 
 def is_cjk(ch: str) -> bool:

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from reltrain.data.readers import iter_rows
-from reltrain.data.schema import NEGATIVE_NAMES
+from reltrain.data.schema import negative_index
 from reltrain.errors import DataError
 
 
@@ -55,11 +55,12 @@ def _balance(counts: dict[str, int]) -> dict | None:
     if not total:
         return None
     ordered = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
-    negative = [name for name in counts if name and name.lower() in NEGATIVE_NAMES]
+    names = [name for name in counts if name]
+    negative = negative_index("auto", names)  # as eval.negative_label=auto would pick it
     share = lambda name: round(counts[name] / total, 4)  # noqa: E731
     return {"largest": [ordered[0][0], share(ordered[0][0])],
             "smallest": [ordered[-1][0], share(ordered[-1][0])],
-            "negative": [negative[0], share(negative[0])] if len(negative) == 1 else None}
+            "negative": [names[negative], share(names[negative])] if negative is not None else None}
 
 
 def report_lines(report: dict) -> list[str]:

@@ -89,13 +89,12 @@ class Predictor:
         """Why the model may not read these texts (another script than it was trained on, or
         mostly tokens it does not know), to warn with; None when they look like its data. It
         looks at the first rows only: a cost once per run, not per row."""
-        from reltrain.data.preprocess import is_cjk
+        from reltrain.data.preprocess import cjk_share
 
         sample = records[:256]
-        letters = [ch for rec in sample for ch in rec.text if not ch.isspace()]
-        if not letters:
+        if not any(rec.text.strip() for rec in sample):
             return None
-        cjk = sum(map(is_cjk, letters)) / len(letters)
+        cjk = cjk_share(rec.text for rec in sample)
         language = self.config.data.language
         if language == "en" and cjk > 0.3:
             return (f"{cjk:.0%} of the characters are Chinese, Japanese or Korean, but this model "

@@ -25,7 +25,7 @@ class BadRequest(Exception):
 class Limits:
     max_items: int  # examples per request, each entity pair counting
     max_text_chars: int
-    max_request_chars: int = 1_000_000  # text read for the whole request: each pair reads its own
+    max_request_chars: int  # text read for the whole request: each pair reads its own
 
 
 @dataclass
