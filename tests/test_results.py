@@ -233,3 +233,24 @@ def test_compare_puts_runs_side_by_side(run, small_en, tmp_path, capsys):
     assert "pos. micro-F1" in text and "F1 per relation" in text
     assert "model.cnn.num_filters: [1] 8  [2] 4" in text
     assert "not a finished run directory" in cli_error(capsys, "compare", str(run), str(tmp_path))
+
+
+def test_hostile_benchmark_files_and_run_folders_are_one_line(run, tmp_path, capsys):
+    from reltrain.data.readers import read_records
+    from reltrain.errors import DataError
+
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")
+    with pytest.raises(DataError, match="deep.json:1: .*nested too deeply"):
+        read_records(deep)
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text(json.dumps({"text": "<e1>a</e1> <e1>b</e1> <e2>c</e2>", "relation": "r"}) + "\n")
+    with pytest.raises(DataError, match=r"twice.jsonl:1: field 'text': <e1> appears twice"):
+        read_records(twice)
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "summary.json").write_text('{"test": ' * 50_000)
+    for command in ("compare", "report"):
+        line = cli_error(capsys, command, str(run), str(broken), *(
+            ["--output", str(tmp_path / "r.html")] if command == "report" else []))
+        assert "summary.json: cannot read it as JSON" in line, line

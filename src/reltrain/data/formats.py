@@ -15,7 +15,6 @@ from reltrain.errors import DataError
 
 _TAG = re.compile(r"</?e[12]>")
 NUMBERED = re.compile(r'^\s*(\d+)\t"?(.*?)"?\s*$')  # SemEval: 8001<TAB>"The <e1>...</e1> ..."
-_CHUNK = 1 << 20
 
 
 def has_tags(text: str) -> bool:
@@ -101,8 +100,8 @@ def _fail(exc: Exception):
 
 
 def tacred_rows(path: str, chunks: Iterator[str], record_of) -> Iterator:
-    """(line, build) per object of a JSON array, read a megabyte at a time: TACRED's files hold
-    one array of 10^5 objects, which need not be in memory at once."""
+    """(line, build) per object of a JSON array, read a line at a time: TACRED's files hold one
+    array of 10^5 objects, written one field a line, which need not be in memory at once."""
     decoder, buffer, line, at = json.JSONDecoder(), "", 1, 0
     chunks = iter(chunks)
     started = False
@@ -115,20 +114,22 @@ def tacred_rows(path: str, chunks: Iterator[str], record_of) -> Iterator:
         buffer += piece
         return True
 
+    ended = False
     while True:
-        while True:  # past whitespace and the separators between objects
-            while at < len(buffer) and buffer[at] in " \t\r\n,[]" :
+        while True:  # past whitespace, the separators, and the array's own brackets
+            while at < len(buffer) and (buffer[at] in " \t\r\n,"
+                                        or (buffer[at] == "[" and not started)
+                                        or (buffer[at] == "]" and started and not ended)):
                 if buffer[at] == "\n":
                     line += 1
-                if buffer[at] == "[":
-                    started = True
+                started, ended = started or buffer[at] == "[", ended or buffer[at] == "]"
                 at += 1
             if at < len(buffer) or not more():
                 break
         if at >= len(buffer):
             return
-        if not started:
-            raise DataError(path, line, None, "expected a JSON array of objects (TACRED's format)")
+        if not started or ended:
+            raise DataError(path, line, None, "expected one JSON array of objects (TACRED's format)")
         while True:
             try:
                 obj, end = decoder.raw_decode(buffer, at)
