@@ -370,3 +370,20 @@ def test_summary_counts_the_child_that_built_the_cache(small_en, tmp_path):
         summary = json.loads((tmp_path / run / "summary.json").read_text())
         peaks.append(summary["peak_rss_children_mb"])
     assert peaks[0] > 10 and peaks[1] == 0  # the tokenizing child, then no child at all
+
+
+def test_predicting_one_sentence_loads_only_what_the_model_needs(trained):
+    """The start of ``reltrain predict --text`` is mostly imports: checking a model's shapes on
+    the meta device used to pull in torch._dynamo (a second of a two-second run)."""
+    import subprocess
+    import sys
+
+    heavy = ("torch._dynamo", "transformers", "jieba", "rjieba", "matplotlib", "sklearn",
+             "onnxruntime", "torch.onnx")
+    script = ("import sys\nfrom reltrain.cli import main\n"
+              f"code = main(['predict', {str(trained)!r}, '--text', 'Alice Moreau was born in "
+              "Dunmore .', '--head', 'Alice Moreau', '--tail', 'Dunmore'])\n"
+              f"print('HELD', code, [m for m in {heavy!r} if m in sys.modules])\n")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                            timeout=120)
+    assert "HELD 0 []" in result.stdout, (result.stdout[-500:], result.stderr[-1500:])

@@ -389,7 +389,7 @@ def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
     args = (cfg.model, vocab_size, len(artifact.labels), cfg.data.pos_limit)
     extra = {"hf_config": artifact.hf_config, "added_tokens": added_tokens}
     try:
-        with torch.device("meta"):
+        with torch.device("meta"), _ShapesOnly():
             expected = {k: tuple(v.shape) for k, v in build_model(*args, **extra).state_dict().items()}
     except UserError:
         raise
@@ -406,6 +406,21 @@ def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
     model = build_model(*args, **extra)
     model.load_state_dict(artifact.weights)
     return model
+
+
+class _ShapesOnly(torch.overrides.TorchFunctionMode):
+    """Skips in-place calls on meta tensors (the weights' random initialisation): on the meta
+    device they run through torch's Python reference kernels, whose first use imports
+    ``torch._dynamo`` (about a second of every prediction's start). Shapes do not change."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        target = args[0] if args else kwargs.get("tensor")  # torch.nn.init passes it by name
+        if (name.endswith("_") and not name.endswith("__") and isinstance(target, torch.Tensor)
+                and target.is_meta):
+            return target
+        return func(*args, **kwargs)
 
 
 # What training writes (training/checkpoint.py) and every reader here checks first.

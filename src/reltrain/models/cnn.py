@@ -3,6 +3,8 @@ size, F filters per width, K widths, H = F*K (x3 for PCNN) sentence vector, C re
 
 from __future__ import annotations
 
+import sys
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -50,7 +52,7 @@ class CNNClassifier(nn.Module):
 
     def _cpu_inference(self, word: torch.Tensor) -> bool:
         return (word.device.type == "cpu" and not torch.is_grad_enabled()
-                and isinstance(self.act, nn.ReLU) and not torch.onnx.is_in_onnx_export())
+                and isinstance(self.act, nn.ReLU) and not _exporting())
 
     def _cpu_inference_forward(self, word, pos_head, pos_tail, masks):
         """Without autograd on a CPU, faster (docs/benchmarks.md): 2-D convolutions on a
@@ -67,6 +69,13 @@ class CNNClassifier(nn.Module):
                 masked = h.add_(mask) if len(away) == 1 else h + mask
                 features.append(torch.relu(masked.amax(dim=2)[:, 0]))  # (B, F)
         return self.classifier(torch.cat([f for features in pooled for f in features], dim=1))
+
+
+def _exporting() -> bool:
+    """In an ONNX export, which traces the training forward. Asked only once torch.onnx is
+    loaded: importing it costs prediction's start a tenth of a second, and without it no export
+    can be running."""
+    return "torch.onnx" in sys.modules and torch.onnx.is_in_onnx_export()
 
 
 def _builder(piecewise: bool):
