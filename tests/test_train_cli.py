@@ -143,8 +143,10 @@ def test_config_errors_and_help(capsys):
 def test_yaml_booleans_in_word_options_mean_the_word():
     from reltrain.config import load_config
 
-    cfg = load_config(None, ["train.amp=off", "log.progress=false", "log.tensorboard=true"])
+    cfg = load_config(None, ["train.amp=off", "log.progress=false", "log.tensorboard=true",
+                             "train.sparse_embeddings=false"])
     assert (cfg.train.amp, cfg.log.progress, cfg.log.tensorboard) == ("off", "false", "true")
+    assert cfg.train.sparse_embeddings == "false"
 
 
 def test_shipped_configs_load(tmp_path):

@@ -150,6 +150,10 @@ class TrainConfig:
     lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)")
     lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
     grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
+    sparse_embeddings: str = _opt("auto", "update only the word-embedding rows a step used "
+                                          "(SparseAdam), so a step costs the same at any "
+                                          "vocabulary size: auto (on a CPU, for reltrain's own "
+                                          "encoders), true or false")
     early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off")
     select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
                                       "plateau and early stopping: auto (positive_micro_f1 where "
@@ -368,6 +372,7 @@ def validate_values(cfg: Config) -> None:
     # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
     cfg.log.progress = str(cfg.log.progress).lower()
     cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
+    t.sparse_embeddings = str(t.sparse_embeddings).lower()
     # ... and `off` as False: train.amp=off on the command line arrives as "False".
     if str(t.amp).lower() in ("false", "off"):
         t.amp = "off"
@@ -419,6 +424,7 @@ def validate_values(cfg: Config) -> None:
     _check(t.select_metric in SELECT_METRICS,
            f"train.select_metric must be one of {', '.join(SELECT_METRICS)}")
     _check(bool(cfg.eval.negative_label.strip()), "eval.negative_label must be auto, none or a label")
+    _check(t.sparse_embeddings in SWITCH, "train.sparse_embeddings must be auto, true or false")
     _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")

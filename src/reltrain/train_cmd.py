@@ -33,7 +33,7 @@ from reltrain.training.checkpoint import Checkpointer, seed_everything
 from reltrain.training.evaluation import evaluate
 from reltrain.data.schema import negative_index
 from reltrain.training.metrics import confusion, format_report, headline, resolve_select
-from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,
+from reltrain.training.optim import (build_loss, build_optimizer, build_schedule, sparse_embedding,
                                     resolve_precision)
 from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (describe_resume, find_resume, load_best_weights,
@@ -169,8 +169,12 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
                         # not fork: this process holds torch's and gloo's threads
                         multiprocessing_context="spawn" if cfg.data.num_workers else None)
     model = _build_model(cfg, prepared, encoder, payload)
+    # Before wrapping: DDP reads each parameter's gradient layout when it builds its buckets.
+    sparse, how = sparse_embedding(cfg.train.sparse_embeddings, model, cfg.train, ctx)
+    if ctx.is_main:
+        log.info("%s", how)
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
-    optimizer = build_optimizer(model, cfg.train)
+    optimizer = build_optimizer(model, cfg.train, sparse)
     scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
     precision = resolve_precision(cfg.train.amp, ctx.device, model)
     if ctx.is_main:

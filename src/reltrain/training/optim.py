@@ -6,26 +6,119 @@ import numpy as np
 import torch
 import torch.nn as nn
 
+from reltrain.errors import UserError
 
 
-def build_optimizer(model: nn.Module, train_cfg) -> torch.optim.Optimizer:
-    """Adam for reltrain's own encoders; AdamW with an encoder LR for a pretrained one."""
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+class Optimizers:
+    """A run's optimizer: Adam (AdamW for a pretrained encoder) over the dense gradients and, with
+    sparse embedding updates, SparseAdam over the word embedding's rows. One learning rate, the
+    first optimizer's (the schedule sets it; the others follow), and one state dict."""
+
+    def __init__(self, dense: torch.optim.Optimizer, sparse: torch.optim.Optimizer | None = None):
+        self.dense, self.sparse = dense, sparse
+        self.parts = [dense] + ([sparse] if sparse is not None else [])
+
+    @property
+    def param_groups(self) -> list[dict]:
+        return self.dense.param_groups
+
+    def follow_lr(self) -> None:
+        if self.sparse is not None:
+            for group in self.sparse.param_groups:
+                group["lr"] = self.dense.param_groups[0]["lr"]
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for part in self.parts:
+            part.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        state = self.dense.state_dict()
+        return state if self.sparse is None else {**state, "sparse": self.sparse.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        state = dict(state)
+        sparse = state.pop("sparse", None)
+        if (sparse is None) != (self.sparse is None):
+            had = "sparse" if sparse is not None else "dense"
+            raise ValueError(f"it was trained with {had} embedding updates and this run's are "
+                             f"not (train.sparse_embeddings)")
+        self.dense.load_state_dict(state)
+        if self.sparse is not None:
+            self.sparse.load_state_dict(sparse)
+
+
+def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = None) -> Optimizers:
+    """Adam for reltrain's own encoders; AdamW with an encoder LR for a pretrained one;
+    SparseAdam for ``sparse``, an embedding whose gradients are sparse."""
+    lazy = [sparse.weight] if sparse is not None else []
+    named = [(n, p) for n, p in model.named_parameters()
+             if p.requires_grad and not any(p is q for q in lazy)]
     device = named[0][1].device.type if named else "cpu"
     # The fused kernel updates all parameters in one pass (about 10% of a CNN step on CPU);
     # it exists on CPU from torch 2.4 and on CUDA, and gives the same update as the loop.
     fused = {"fused": True} if _fused_supported(device) else {}
+    rows = torch.optim.SparseAdam(lazy, lr=train_cfg.lr) if lazy else None
     if not _is_pretrained(model):
-        return torch.optim.Adam([p for _, p in named], lr=train_cfg.lr,
-                                weight_decay=train_cfg.weight_decay, **fused)
+        return Optimizers(torch.optim.Adam([p for _, p in named], lr=train_cfg.lr,
+                                           weight_decay=train_cfg.weight_decay, **fused), rows)
     groups: dict[tuple, list] = {}
     for name, p in named:
         in_encoder = "encoder" in name.split(".")  # "module.encoder..." under DDP
         no_decay = p.ndim == 1 or "norm" in name.lower()  # biases and LayerNorm weights
         lr = train_cfg.encoder_lr if in_encoder else train_cfg.lr
         groups.setdefault((lr, 0.0 if no_decay else train_cfg.weight_decay), []).append(p)
-    return torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
-                              for (lr, wd), ps in groups.items()], **fused)
+    return Optimizers(torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
+                                         for (lr, wd), ps in groups.items()], **fused))
+
+
+def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn.Embedding | None, str]:
+    """The word embedding to update sparsely (None: all dense) and why, for the log.
+
+    Adam touches every row of the embedding at every step, used or not, so a step's cost grows
+    with the vocabulary; SparseAdam updates the rows the step used. NCCL has no sparse all-reduce,
+    so ``auto`` keeps GPUs dense: one GPU and many then train alike."""
+    from reltrain.distributed import unwrap
+
+    word = getattr(getattr(unwrap(model), "embed", None), "word", None)
+    if setting == "false":
+        return None, "dense embedding updates (train.sparse_embeddings=false)"
+    if not isinstance(word, nn.Embedding) or not word.weight.requires_grad:
+        if setting == "true":
+            raise UserError("train.sparse_embeddings=true needs a trainable word embedding of "
+                            "reltrain's own encoders (not model.name=lm or freeze_embeddings)")
+        return None, "dense updates (no trainable word embedding of reltrain's own)"
+    if setting == "auto" and ctx.device.type != "cpu":
+        return None, ("dense embedding updates (auto: on a GPU; NCCL cannot all-reduce sparse "
+                      "gradients)")
+    if ctx.world_size > 1 and ctx.backend == "nccl":
+        raise UserError("train.sparse_embeddings=true under dist.backend=nccl: NCCL cannot "
+                        "all-reduce sparse gradients; use gloo, one process, or false")
+    if train_cfg.weight_decay:
+        if setting == "auto":
+            return None, "dense embedding updates (auto: SparseAdam has no train.weight_decay)"
+        raise UserError("train.sparse_embeddings=true: SparseAdam has no weight decay; set "
+                        "train.weight_decay=0 or train.sparse_embeddings=false")
+    word.sparse = True
+    return word, (f"sparse embedding updates: {word.num_embeddings:,} word rows, only those a "
+                  f"step uses are updated (train.sparse_embeddings={setting})")
+
+
+def clip_gradients(params, max_norm: float) -> None:
+    """``clip_grad_norm_`` over dense and sparse gradients alike: a sparse one is coalesced
+    first (its repeated rows summed), so its norm is that of the dense gradient it stands for."""
+    params = [p for p in params if p.grad is not None]
+    dense = [p for p in params if not p.grad.is_sparse]
+    sparse = []
+    for p in params:
+        if p.grad.is_sparse:
+            p.grad = p.grad.coalesce()
+            sparse.append(p.grad._values())
+    total = nn.utils.get_total_norm([p.grad for p in dense] + sparse)
+    nn.utils.clip_grads_with_norm_(dense, max_norm, total)
+    if sparse:
+        scale = torch.clamp(max_norm / (total + 1e-6), max=1.0)  # clip_grads_with_norm_'s rule
+        for values in sparse:
+            values.mul_(scale.to(values.device))
 
 
 def _is_pretrained(model: nn.Module) -> bool:
@@ -48,7 +141,8 @@ class Schedule:
     """The LR schedule: ReduceLROnPlateau stepped on the validation metric after each epoch,
     or linear warm-up then linear decay to zero stepped after each optimizer step."""
 
-    def __init__(self, optimizer, train_cfg, steps_per_epoch: int, pretrained: bool):
+    def __init__(self, optimizers: Optimizers, train_cfg, steps_per_epoch: int, pretrained: bool):
+        optimizer, self.optimizers = optimizers.dense, optimizers
         kind = train_cfg.schedule
         self.per_step = kind == "linear" or (kind == "auto" and pretrained)
         if self.per_step:
@@ -68,10 +162,12 @@ class Schedule:
     def after_step(self) -> None:
         if self.per_step:
             self.scheduler.step()
+            self.optimizers.follow_lr()
 
     def after_epoch(self, metric: float | None) -> None:
         if not self.per_step and metric is not None:
             self.scheduler.step(metric)
+            self.optimizers.follow_lr()
 
     def state_dict(self) -> dict:
         return self.scheduler.state_dict()

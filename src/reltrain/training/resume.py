@@ -70,6 +70,7 @@ class Mismatch(UserError):
 _FIXED_FOR_RESUME = {
     *(f"train.{key}" for key in ("lr", "encoder_lr", "weight_decay", "schedule", "warmup_ratio",
                                  "amp", "lr_factor", "lr_patience", "grad_clip", "select_metric",
+                                 "sparse_embeddings",
                                  "class_weights", "seed")),
     *(f"data.{key}" for key in ("language", "tokenizer", "lowercase", "max_len", "min_freq",
                                 "max_vocab", "pos_limit", "bucket", "skip_bad_rows")),

@@ -18,6 +18,7 @@ from reltrain.precision import FP32
 from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
 from reltrain.training.metrics import better
+from reltrain.training.optim import clip_gradients
 
 log = logging.getLogger(__name__)
 
@@ -159,10 +160,13 @@ class Trainer:
                     loss = loss * 0.0
                 self.scaler.scale(loss * scale).backward()  # a pass-through unless fp16
             total += loss.detach()
+        parts = self.optimizer.parts
         if self.cfg.grad_clip:
-            self.scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
-        self.scaler.step(self.optimizer)
+            for part in parts:
+                self.scaler.unscale_(part)
+            clip_gradients(self.model.parameters(), self.cfg.grad_clip)
+        for part in parts:
+            self.scaler.step(part)
         self.scaler.update()
         self.schedule.after_step()
         return total * step.global_size
