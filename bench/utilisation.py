@@ -31,13 +31,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deepke_runs import DEFAULT_DATA, ROOT, minilm_dir  # noqa: E402
 
 from reltrain.config import load_config  # noqa: E402
-from reltrain.data.dataset import (EvalBatchSampler, RelationDataset, TrainBatchSampler,  # noqa: E402
+from reltrain.data.dataset import (RelationDataset, TrainBatchSampler, eval_batches,  # noqa: E402
                                    collate_batch)
 from reltrain.data.inputs import text_encoder  # noqa: E402
 from reltrain.data.preprocess import prepare_run  # noqa: E402
 from reltrain.models import build_model  # noqa: E402
 from reltrain import distributed as D  # noqa: E402
-from reltrain.training.optim import build_loss, build_optimizer, build_schedule, resolve_precision  # noqa: E402
+from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,  # noqa: E402
+                                    resolve_precision, sparse_embedding)
 from reltrain.training.trainer import Trainer  # noqa: E402
 
 AMP = {"off": None, "bf16": torch.bfloat16}
@@ -91,21 +92,25 @@ def measure_train(cfg, prepared, sets, model, seconds: float, min_steps: int = 1
     ctx = D.setup("cpu", cfg.dist)
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 bucket=cfg.data.bucket)
-    optimizer = build_optimizer(model, cfg.train)
+    sparse, _ = sparse_embedding(cfg.train.sparse_embeddings, model, cfg.train, ctx)  # as training
+    optimizer = build_optimizer(model, cfg.train, sparse)
     schedule = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
     loss = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels))
     precision = resolve_precision(cfg.train.amp, ctx.device, model)
     trainer = Trainer(model, optimizer, schedule, loss, None, None, prepared.labels, cfg.train,
                       None, ctx, precision=precision, scaler=torch.amp.GradScaler("cpu", enabled=False))
-    step_fn, opt_time = optimizer.step, [0.0]
+    opt_time = [0.0]
 
-    def timed_step(*args, **kwargs):
-        start = time.perf_counter()
-        out = step_fn(*args, **kwargs)
-        opt_time[0] += time.perf_counter() - start
-        return out
+    def timed(step_fn):
+        def timed_step(*args, **kwargs):
+            start = time.perf_counter()
+            out = step_fn(*args, **kwargs)
+            opt_time[0] += time.perf_counter() - start
+            return out
+        return timed_step
 
-    optimizer.step = timed_step
+    for part in optimizer.parts:
+        part.step = timed(part.step)
     model.train()
     steps, n, load_s, step_s, epoch = [], 0, 0.0, 0.0, 1
     warmup = 3
@@ -143,7 +148,7 @@ def measure_train(cfg, prepared, sets, model, seconds: float, min_steps: int = 1
 def measure_predict(cfg, sets, model, batch: int, amp: str, seconds: float) -> dict:
     split = sets["test"]
     model.eval()
-    order = list(EvalBatchSampler(split.lengths, batch))
+    order = eval_batches(split.lengths, batch)
     batches = [collate_batch(split.__getitems__(idx)) for idx in order]
 
     precision = resolve_precision(amp, torch.device("cpu"), model)

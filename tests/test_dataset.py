@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import torch
 
-from reltrain.data.dataset import EvalBatchSampler, RelationDataset, TrainBatchSampler
+from reltrain.data.dataset import RelationDataset, TrainBatchSampler, eval_batches
 from reltrain.data.preprocess import Split
 
 
@@ -76,19 +76,18 @@ def test_bucketing_reduces_padding_and_keeps_every_example():
     assert sorted(i for step in bucket for b in step.micro for i in b) == list(range(500))
 
 
-def test_eval_sampler_deals_identical_batches_to_ranks():
+def test_eval_batches_cover_every_example_once_in_length_order():
     lengths = np.random.default_rng(2).integers(1, 50, size=101)
-    whole = list(EvalBatchSampler(lengths, 10))
-    for world in (2, 3):
-        shards = [list(EvalBatchSampler(lengths, 10, r, world)) for r in range(world)]
-        dealt = [b for shard in shards for b in shard]
-        assert sorted(map(tuple, dealt)) == sorted(map(tuple, whole))
+    batches = eval_batches(lengths, 10)
+    flat = np.concatenate(batches)
+    assert sorted(flat.tolist()) == list(range(101))
+    assert np.all(np.diff(lengths[flat]) >= 0)
 
 
 def test_eval_batches_cap_padded_tokens_at_the_median_times_the_batch_size():
     rng = np.random.default_rng(3)
     lengths = np.concatenate([rng.integers(10, 40, size=990), rng.integers(150, 200, size=10)])
-    batches = list(EvalBatchSampler(lengths, 64))
+    batches = eval_batches(lengths, 64)
     assert sorted(i for b in batches for i in b) == list(range(1000))
     budget = 64 * np.median(lengths)
     assert all(len(b) <= 64 and (len(b) == 1 or len(b) * lengths[b].max() <= budget) for b in batches)
@@ -96,4 +95,4 @@ def test_eval_batches_cap_padded_tokens_at_the_median_times_the_batch_size():
     fixed = np.sort(lengths)
     fixed_padded = sum(len(fixed[i:i + 64]) * fixed[i:i + 64].max() for i in range(0, 1000, 64))
     assert padded < lengths.sum() * 1.05 < fixed_padded
-    assert list(EvalBatchSampler(np.zeros(0, dtype=np.int64), 8)) == []
+    assert eval_batches(np.zeros(0, dtype=np.int64), 8) == []

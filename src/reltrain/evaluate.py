@@ -28,7 +28,7 @@ def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: 
     check_output(predictions, (data, checkpoint))
     ctx = D.setup(device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(checkpoint, ctx=ctx, runtime=runtime, amp=amp)
+        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=runtime, amp=amp)
         if ctx.is_main:
             log.info(predictor.precision.describe())
         result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)

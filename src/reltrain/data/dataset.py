@@ -63,12 +63,12 @@ class RelationDataset(Dataset):
 
     def __getitems__(self, indices) -> Batch | Step:
         if isinstance(indices, StepIndices):
-            return Step([self._batch(m) for m in indices.micro],
+            return Step([self.batch(m) for m in indices.micro],
                         torch.from_numpy(self.split.labels[np.asarray(indices.global_index)]),
                         indices.dummy)
-        return self._batch(indices)
+        return self.batch(indices)
 
-    def _batch(self, indices) -> Batch:
+    def batch(self, indices) -> Batch:
         s = self.split
         idx = np.asarray(indices, dtype=np.int64)
         starts, lens = s.offsets[idx], self.lengths[idx]
@@ -177,28 +177,21 @@ class TrainBatchSampler(Sampler[StepIndices]):
         return max(self.num_batches - self.skip, 0)
 
 
-class EvalBatchSampler(Sampler[list[int]]):
-    """Length-sorted batches cut once and dealt round-robin, so gathered predictions match one
-    process's bit for bit; a batch: <= batch_size examples and <= batch_size x median tokens."""
-
-    def __init__(self, lengths: np.ndarray, batch_size: int, rank: int = 0, world_size: int = 1):
-        order = np.argsort(lengths, kind="stable")
-        ranked = np.asarray(lengths)[order]
-        budget = batch_size * max(float(np.median(ranked)), 1.0) if len(ranked) else 0.0
-        counts = np.arange(1, batch_size + 1)
-        self.batches, start = [], 0
-        while start < len(order):
-            # Sorted, so a batch's last example is its longest: the padded size of the first n
-            # examples from ``start`` is n * ranked[start + n - 1], which grows with n.
-            longest = ranked[start:start + batch_size]
-            padded = counts[:len(longest)] * longest
-            n = max(int((padded <= budget).sum()), 1)
-            self.batches.append(order[start:start + n].tolist())
-            start += n
-        self.rank, self.world_size = rank, world_size
-
-    def __iter__(self) -> Iterator[list[int]]:
-        return iter(self.batches[self.rank::self.world_size])
-
-    def __len__(self) -> int:
-        return len(self.batches[self.rank::self.world_size])
+def eval_batches(lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+    """Length-sorted batches for scoring: each <= batch_size examples and <= batch_size x the
+    median tokens. Cut once for the whole split, so W ranks taking every W-th batch score
+    exactly the batches one process does, and their gathered answers match its bit for bit."""
+    order = np.argsort(lengths, kind="stable")
+    ranked = np.asarray(lengths)[order]
+    budget = batch_size * max(float(np.median(ranked)), 1.0) if len(ranked) else 0.0
+    counts = np.arange(1, batch_size + 1)
+    batches, start = [], 0
+    while start < len(order):
+        # Sorted, so a batch's last example is its longest: the padded size of the first n
+        # examples from ``start`` is n * ranked[start + n - 1], which grows with n.
+        longest = ranked[start:start + batch_size]
+        padded = counts[:len(longest)] * longest
+        n = max(int((padded <= budget).sum()), 1)
+        batches.append(order[start:start + n])
+        start += n
+    return batches

@@ -10,7 +10,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain import distributed as D
 from reltrain.artifacts import (Artifact, build_checked_model, is_exported, load_artifact,
                                 model_source)
 from reltrain.config import RUNTIMES, Config
@@ -21,7 +20,7 @@ from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.precision import FP32, Precision
 from reltrain.precision import resolve as resolve_precision
-from reltrain.scoring import eval_loader, predict_probs
+from reltrain.scoring import predict_probs
 
 log = logging.getLogger(__name__)
 
@@ -29,9 +28,9 @@ class Predictor:
     """A trained model with its vocabulary, labels and tokenizer (``reltrain.load(path)``)."""
 
     def __init__(self, model: torch.nn.Module, config: Config, labels: list[str],
-                 encoder: TextEncoder, ctx: D.DistContext, precision: Precision | None = None):
+                 encoder: TextEncoder, device: torch.device, precision: Precision | None = None):
         self.model, self.config, self.labels = model.eval(), config, labels
-        self.encoder, self.ctx, self.device = encoder, ctx, ctx.device
+        self.encoder, self.device = encoder, device
         self.precision = precision or FP32
         self.label_index = {name: i for i, name in enumerate(labels)}
         self.card: dict = {}  # the model card's metrics ("test", "best"), when it has them
@@ -41,24 +40,22 @@ class Predictor:
 
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
-                        ctx: D.DistContext | None = None, runtime: str = "torch",
-                        amp: str = "auto") -> "Predictor":
-        """``path``: a checkpoint or an exported folder; ``ctx``: when every rank predicts a share;
-        ``runtime="onnx"``: the folder's ``model.onnx``; ``amp`` as train.amp."""
+                        runtime: str = "torch", amp: str = "auto") -> "Predictor":
+        """``path``: a checkpoint, a run directory or an exported folder; ``runtime="onnx"``:
+        the folder's ``model.onnx``; ``amp`` as train.amp."""
         if runtime not in RUNTIMES:
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
-        ctx = ctx or _context(device)
+        device = _device(device)
         path = model_source(path)  # a run directory: its best checkpoint
-        onnx = _onnx_model(path, is_exported(path), ctx.device) if runtime == "onnx" else None
-        return cls.from_artifact(load_artifact(path), str(path), ctx=ctx, amp=amp, onnx=onnx)
+        onnx = _onnx_model(path, is_exported(path), device) if runtime == "onnx" else None
+        return cls.from_artifact(load_artifact(path), str(path), device=device, amp=amp, onnx=onnx)
 
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: str | torch.device = "cpu",
-                      ctx: D.DistContext | None = None, amp: str = "auto",
-                      onnx: torch.nn.Module | None = None) -> "Predictor":
+                      amp: str = "auto", onnx: torch.nn.Module | None = None) -> "Predictor":
         """The predictor of a checked ``Artifact``; ``onnx``: an onnxruntime model to run instead
         of the weights."""
-        ctx = ctx or _context(device)
+        device = _device(device)
         config, labels = artifact.config, artifact.labels
         encoder = identity_encoder(artifact.identity(), config.data)
         if onnx is not None:
@@ -67,9 +64,9 @@ class Predictor:
                                 f"{len(labels)} labels")
             model, precision = onnx, Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
-            precision = resolve_precision(amp, ctx.device, config.model.name == "lm")
+            precision = resolve_precision(amp, device, config.model.name == "lm")
             model = build_checked_model(artifact, encoder.size, encoder.added_tokens, where)
-        predictor = cls(model.to(ctx.device), config, labels, encoder, ctx, precision)
+        predictor = cls(model.to(device), config, labels, encoder, device, precision)
         predictor.card = {"test": artifact.test, "best": artifact.best}
         return predictor
 
@@ -128,8 +125,7 @@ class Predictor:
         128 on a CPU (the CNN's fastest here: batches of 256 were 4-12% slower), 256 on a GPU."""
         data = self.split_dataset(split)
         batch_size = batch_size or (128 if self.device.type == "cpu" else 256)
-        return predict_probs(self.model, eval_loader(data, batch_size, self.ctx), len(data),
-                             self.ctx, progress, desc="predict", precision=self.precision)
+        return predict_probs(self.model, data, batch_size, self.device, self.precision, progress)
 
     def predict(self, records: list[Record], top_k: int = 3, batch_size: int | None = None,
                 progress: bool = False) -> list[dict]:
@@ -183,9 +179,10 @@ class Predictor:
         return result_row(rec, probs, self.labels, top_k)
 
 
-def _context(device: str | torch.device) -> D.DistContext:
-    return D.DistContext(device=device if isinstance(device, torch.device)
-                         else D.resolve_device(device))
+def _device(device: str | torch.device) -> torch.device:
+    from reltrain.distributed import resolve_device
+
+    return device if isinstance(device, torch.device) else resolve_device(device)
 
 
 def _onnx_model(path: Path, exported: bool, device: torch.device):

@@ -8,7 +8,7 @@ import torch.nn as nn
 
 from reltrain import distributed as D
 from reltrain.data.dataset import RelationDataset
-from reltrain.scoring import eval_loader, predict_probs
+from reltrain.scoring import gathered_probs
 from reltrain.training.metrics import compute_metrics
 
 
@@ -20,8 +20,7 @@ def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels
     figures when ``negative`` names the "no relation" label; ``with_loss``: the mean
     cross-entropy too, which unlike the others moves with float rounding between world sizes);
     also the probabilities, (N, C) in the split's order."""
-    probs = predict_probs(model, eval_loader(dataset, batch_size, ctx), len(dataset), ctx,
-                          progress, desc, precision)
+    probs = gathered_probs(model, dataset, batch_size, ctx, precision, progress, desc)
     gold = dataset.split.labels
     metrics = compute_metrics(gold, probs.argmax(axis=1), labels, negative)
     if not with_loss:
