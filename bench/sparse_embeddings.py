@@ -15,7 +15,6 @@ sparse; the test scores of the checkpoint chosen on valid (deepke-zh's valid and
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -24,20 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deepke_runs import DEFAULT_DATA, train_deepke  # noqa: E402
-
-
-def make_corpus(data: Path, rows: int, rare: int, out: Path) -> None:
-    with open(data / "train.csv", encoding="utf-8", newline="") as f:
-        reader = csv.reader(f)
-        header, source = next(reader), list(reader)
-    with open(out, "w", encoding="utf-8", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        for i in range(rows):
-            text, *rest = source[i % len(source)]
-            # jieba keeps a run of letters and digits as one word: each of these is one token
-            words = " ".join(f"w{i:06d}x{j}" for j in range(rare))
-            writer.writerow([f"{text}，{words}", *rest])
+from scale import make_corpus  # noqa: E402
 
 
 def run(data: Path, tmp: Path, name: str, threads: int, overrides: list[str]) -> dict:
@@ -64,7 +50,9 @@ def main() -> None:
     runs = []
     with tempfile.TemporaryDirectory(prefix="reltrain-sparse-") as tmp:
         tmp = Path(tmp)
-        make_corpus(data, args.rows, args.rare, tmp / "corpus.csv")
+        # jieba keeps a run of letters and digits as one word: each of these is one token
+        make_corpus(data, args.rows, tmp / "corpus.csv",
+                    lambda i: " ".join(f"w{i:06d}x{j}" for j in range(args.rare)))
         large = [f"data.train={tmp / 'corpus.csv'}"]
         print(f"speed: {args.rows:,} rows, {args.speed_epochs} epoch(s), {args.threads} threads")
         print(f"{'updates':>8} {'min_freq':>8} {'vocab':>8} {'train sent/s':>12} {'vs min_freq=2':>13}")
