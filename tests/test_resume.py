@@ -75,6 +75,21 @@ def test_stop_and_resume_equals_one_go(reference, small_en, tmp_path):
     assert_same_run(reference, out)
 
 
+def test_a_resumed_runs_weights_are_in_the_model_before_it_is_wrapped(small_en, tmp_path, monkeypatch):
+    """Build, load, then wrap (DDP starts every rank from the weights it is given)."""
+    from reltrain import distributed as D
+
+    out = tmp_path / "run"
+    args = ["train", *data_overrides(small_en), *BASE, f"output_dir={out}"]
+    assert main([*args, "train.epochs=1"]) == 0
+    saved = weights(out)
+    seen, real = [], D.wrap
+    monkeypatch.setattr(D, "wrap", lambda model, *a, **k: seen.append(
+        {k: v.clone() for k, v in model.state_dict().items()}) or real(model, *a, **k))
+    assert main([*args, "train.epochs=2"]) == 0
+    assert len(seen) == 1 and all(torch.equal(seen[0][k], saved[k]) for k in saved)
+
+
 def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_en, tmp_path):
     script = tmp_path / "interrupting.py"
     script.write_text(INTERRUPTING)

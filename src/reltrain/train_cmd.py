@@ -29,7 +29,7 @@ from reltrain.output import write_output
 from reltrain.stops import StopRequest
 from reltrain import distributed as D
 from reltrain.training.callbacks import build_callbacks
-from reltrain.training.checkpoint import Checkpointer, seed_everything
+from reltrain.training.checkpoint import Checkpointer, load_model_weights, seed_everything
 from reltrain.training.evaluation import evaluate
 from reltrain.data.schema import negative_index
 from reltrain.training.metrics import confusion, format_report, headline, resolve_select
@@ -201,7 +201,9 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload:
     if positions and cfg.data.max_len > positions:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
                         f"of {cfg.model.lm.pretrained}: set data.max_len={positions} or less")
-    if not payload and cfg.model.word_vectors:  # a resumed run's weights: Checkpointer.restore
+    if payload:  # before wrapping: DDP starts every rank from these
+        load_model_weights(model, payload)
+    elif cfg.model.word_vectors:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
         model.embed.word.weight.requires_grad_(False)

@@ -99,19 +99,13 @@ class Checkpointer:
 
     def restore(self, payload: dict, trainer):
         """Put a checkpoint (on every rank, resume.find_resume) back into the parts it was saved
-        from; returns the trainer's counters and sets its partial-epoch totals."""
-        from reltrain.artifacts import strip_wrapper_prefixes
+        from, but the model's weights, which ``load_model_weights`` put in before wrapping;
+        returns the trainer's counters and sets its partial-epoch totals."""
         from reltrain.training.trainer import EpochProgress, TrainState
 
         for key, part in self._parts().items():
-            if key not in payload:  # a scaler only where fp16 ran
-                continue
-            try:
-                part.load_state_dict(strip_wrapper_prefixes(payload[key]) if key == "model"
-                                     else payload[key])
-            except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # a stranger's file
-                raise UserError(f"{payload.get('path', 'the checkpoint')}: its {key} state does "
-                                f"not fit this run ({first_line(exc)[:200]})") from None
+            if key != "model" and key in payload:  # a scaler only where fp16 ran
+                _load_part(key, part, payload)
         rank_states = payload["rank_states"]
         restore_rng(rank_states[self.ctx.rank % len(rank_states)]["rng"])
         progress = [EpochProgress(**r["progress"]) for r in rank_states]
@@ -122,6 +116,22 @@ class Checkpointer:
                                             sum(p.examples for p in progress),
                                             max(p.seconds for p in progress))
         return TrainState(**payload["state"])
+
+
+def load_model_weights(model, payload: dict) -> None:
+    """A resumed run's weights into the model before DDP wraps it: wrapping then starts every
+    rank from them, and nothing is loaded into a wrapper."""
+    _load_part("model", model, payload)
+
+
+def _load_part(key: str, part, payload: dict) -> None:
+    from reltrain.artifacts import strip_wrapper_prefixes
+
+    try:
+        part.load_state_dict(strip_wrapper_prefixes(payload[key]) if key == "model" else payload[key])
+    except (ValueError, KeyError, TypeError, RuntimeError) as exc:  # a stranger's file
+        raise UserError(f"{payload.get('path', 'the checkpoint')}: its {key} state does not fit "
+                        f"this run ({first_line(exc)[:200]})") from None
 
 
 def _link_or_copy(src: Path, dst: Path) -> None:
