@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import os
+import pickle
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -464,13 +464,18 @@ def _check_members(path: Path) -> None:
 def _load_failure(path: Path, exc: Exception) -> str:
     """Why ``torch.load`` refused a file, without torch's advice to turn ``weights_only`` off
     (which would let a stranger's file run code)."""
+    from torch.serialization import get_unsafe_globals_in_checkpoint
+
     if not zipfile.is_zipfile(path):
         return "not a complete torch checkpoint: truncated, or a file of another kind"
-    found = re.search(r"unsupported GLOBAL (\S+)", str(exc))
-    if found:
-        return (f"it holds a pickled Python object ({found.group(1)}); reltrain loads tensors "
+    try:
+        unsafe = get_unsafe_globals_in_checkpoint(path)  # reads the pickle's opcodes, runs nothing
+    except Exception:  # a damaged archive: torch's own message below says how
+        unsafe = []
+    if unsafe:
+        return (f"it holds a pickled Python object ({unsafe[0][:80]}); reltrain loads tensors "
                 f"and plain data only")
-    if "Weights only load failed" in str(exc):
+    if isinstance(exc, pickle.UnpicklingError):  # what weights_only refuses
         return "it holds pickled objects other than tensors and plain data"
     text = str(exc).strip()
     return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -84,7 +84,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
                 raise UserError("give a DATA file, or --text with --head and --tail")
             record = make_record(text, head, tail, head_offset, tail_offset, cli=True)
             warn_misfit(predictor, [record])
-            chunks = iter([[json.dumps(r, ensure_ascii=False) for r in predictor.predict([record], o.top_k)]])
+            chunks = iter([Lines([json.dumps(r, ensure_ascii=False)
+                                  for r in predictor.predict([record], o.top_k)])])
         else:
             mine = _predicted_chunks(predictor, data, o.top_k, o.skip_bad_rows, o.chunk_rows,
                                      o.workers, shard=(ctx.rank, ctx.world_size),
@@ -101,13 +102,13 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         with output_stream(output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
                                                 disable=not progress_enabled(o.progress, True)) as bar, \
                 stop.checked():  # between chunks
-            for lines in chunks:
+            for chunk in chunks:
                 stop.check(_STOPPED)
-                out.write("".join(line + "\n" for line in lines))
+                out.write("".join(line + "\n" for line in chunk.lines))
                 out.flush()
-                written += len(lines)
-                bad += sum(line.startswith('{"line": ') for line in lines)
-                bar.update(len(lines))
+                written += len(chunk.lines)
+                bad += chunk.bad
+                bar.update(len(chunk.lines))
         if bad:
             log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
                         "its place", bad, data)
@@ -124,11 +125,19 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
 _STOPPED = "while predicting; the output is not complete"
 
 
+@dataclass
+class Lines:
+    """A chunk's output lines, and how many of them stand for bad rows."""
+
+    lines: list[str]
+    bad: int = 0
+
+
 def _stop_point() -> None:
     stops.check(_STOPPED)
 
 
-def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterator[list[str]]:
+def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Lines]:
     """Every rank's chunks in input order (rank r holds chunks r, r + W, ...), on rank 0; a
     user error on any rank stops all of them alike."""
     if not ctx.distributed:
@@ -158,7 +167,7 @@ def _gathered_in_order(mine: Iterator[list[str]], ctx: D.DistContext) -> Iterato
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
                       chunk_rows: int, workers: int | None = None,
                       shard: tuple[int, int] = (0, 1),
-                      source: tuple[str, str, str] | None = None) -> Iterator[list[str]]:
+                      source: tuple[str, str, str] | None = None) -> Iterator[Lines]:
     """The output lines of ``path`` a chunk at a time, in order (``shard=(r, W)``: chunks r, r+W,
     ...); ``source`` (path, runtime, amp): where workers load the predictor; None: no workers."""
     from functools import partial
@@ -235,11 +244,11 @@ def _encode_chunk(predictor: Predictor, chunk: list, skip_bad_rows: bool):
     return parsed, predictor.encode(flat) if flat else None
 
 
-def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: bool) -> list[str]:
+def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: bool) -> Lines:
     return _lines(predictor, _parsed(chunk, skip_bad_rows), top_k)
 
 
-def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> list[str]:
+def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> Lines:
     """The output lines of a chunk of ``(line number, record or DataError)``."""
     from reltrain.errors import DataError
 
@@ -248,5 +257,6 @@ def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> list[s
         split = predictor.encode(flat)
     probs = predictor.split_probabilities(split) if flat else []
     results = iter(predictor.regroup(groups, iter(probs), top_k))
-    return [json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
-                       else next(results), ensure_ascii=False) for line, item in parsed]
+    return Lines([json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
+                             else next(results), ensure_ascii=False) for line, item in parsed],
+                 sum(isinstance(item, DataError) for _, item in parsed))
