@@ -260,18 +260,18 @@ def test_a_full_queue_refuses_instead_of_growing():
     assert [len(d) for d in done] == [2, 2, 2] and queued == 0
 
 
-def test_the_first_stop_signal_drains_and_the_same_one_again_forces(monkeypatch):
+def test_the_first_stop_signal_drains_and_the_same_one_again_forces():
     from reltrain.inference import server
 
     seen: list[int] = []
     saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    monkeypatch.setattr(server, "_draining", False)
+    state = {"draining": False}
     try:
         for sig in saved:  # what uvicorn installs while it serves
             signal.signal(sig, lambda signum, frame: seen.append(signum))
-        server._drain_on_stop()
+        server._drain_on_stop(state)
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
-        assert server._draining and seen == [signal.SIGTERM]
+        assert state["draining"] and seen == [signal.SIGTERM]
         signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # Ctrl-C beside the parent's SIGTERM
         assert seen == [signal.SIGTERM, signal.SIGINT]
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)  # the same again: at once

@@ -26,7 +26,6 @@ access = logging.getLogger("reltrain.serve.access")
 
 OPTIONS_ENV = "RELTRAIN_SERVE_OPTIONS"  # how uvicorn's worker processes get the options
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-_draining = False  # set by the first stop signal: /ready answers 503 from then on
 
 
 @dataclass
@@ -97,7 +96,8 @@ def create_app(options: ServeOptions):
     from fastapi_offline import FastAPIOffline
     from starlette.exceptions import HTTPException
 
-    state: dict = {}
+    # The app's state: "draining" is set by the first stop signal (/ready answers 503 from then on).
+    state: dict = {"draining": False}
     metrics = Metrics()
     limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
     _access_log_to_stderr(options.access_log)
@@ -109,7 +109,7 @@ def create_app(options: ServeOptions):
         from reltrain.inference.predictor import Predictor
 
         torch.set_num_threads(options.threads or torch.get_num_threads())
-        _drain_on_stop()
+        _drain_on_stop(state)
         _quiet_fd_exhaustion()
         predictor = Predictor.from_checkpoint(options.model, device=options.device,
                                               runtime=options.runtime, amp=options.amp)
@@ -168,8 +168,8 @@ def create_app(options: ServeOptions):
 
     @app.get("/ready")
     async def ready():
-        if _draining or state["batcher"].stopped:
-            reason = "draining" if _draining else "failed"
+        if state["draining"] or state["batcher"].stopped:
+            reason = "draining" if state["draining"] else "failed"
             return JSONResponse({"ready": False, "reason": reason}, status_code=503)
         return {"ready": True}
 
@@ -212,7 +212,8 @@ def create_app(options: ServeOptions):
         return results if parsed.many else results[0]
 
     # Outside Starlette's own error middleware, so that its 500 carries the request id too.
-    return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight)
+    return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight,
+                     state=state)
 
 
 _DEMO_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
@@ -225,9 +226,10 @@ class _Observed:
     """ASGI middleware for the request id, the Prometheus counts and the access log: a plain
     wrapper, without the task and streams that Starlette's http middleware adds to every request."""
 
-    def __init__(self, app, metrics: Metrics, access_log: bool, in_flight: set):
+    def __init__(self, app, metrics: Metrics, access_log: bool, in_flight: set, state: dict):
         self.app, self.metrics, self.access_log = app, metrics, access_log
         self.in_flight = in_flight  # the tasks answering requests now
+        self.state = state  # the app's: whether it is draining
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -250,7 +252,7 @@ class _Observed:
         except asyncio.CancelledError:
             # The drain timed out and uvicorn cancels what is left: it would answer 500. The
             # client gets the API's 503 instead, which says to retry (another server, or later).
-            if not _draining or started[0]:
+            if not self.state["draining"] or started[0]:
                 raise
             body = json.dumps({"error": "the server stopped before this request was answered "
                                         "(--drain-timeout-s passed); retry it",
@@ -376,9 +378,10 @@ def _check_port(host: str, port: int) -> None:
         raise UserError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
 
 
-def _drain_on_stop() -> None:
-    """Once uvicorn has set its handlers: the first SIGINT/SIGTERM also turns /ready false, the same
-    signal again stops at once (a ``--workers N`` Ctrl-C brings SIGINT and SIGTERM: one drain)."""
+def _drain_on_stop(state: dict) -> None:
+    """Once uvicorn has set its handlers: the first SIGINT/SIGTERM also sets the app's
+    ``draining`` (/ready false), the same signal again stops at once (a ``--workers N`` Ctrl-C
+    brings SIGINT and SIGTERM: one drain)."""
     received: set[int] = set()
     for sig in (signal.SIGINT, signal.SIGTERM):
         previous = signal.getsignal(sig)
@@ -386,8 +389,7 @@ def _drain_on_stop() -> None:
             continue
 
         def on_stop(signum, frame, previous=previous):
-            global _draining
-            _draining = True
+            state["draining"] = True
             again = signum in received
             received.add(signum)
             previous(signal.SIGINT if again else signum, frame)
