@@ -23,12 +23,36 @@ def _jieba():
     # jieba's default cache is /tmp/jieba.cache, loaded whoever wrote it: another user could plant
     # a segmentation there. This user's own folder instead.
     jieba.dt.tmp_dir = _private_folder()
-    jieba.marshal = _WholeFileMarshal  # only initialize() uses it; marshal again after
-    try:
-        jieba.initialize()
-    finally:
-        jieba.marshal = marshal
+    if jieba.dt.dictionary is None and not jieba.dt.initialized:  # the packaged dictionary
+        _load_dictionary(jieba.dt)
+    jieba.initialize()  # a no-op once loaded; jieba's own way for any other dictionary
     return jieba
+
+
+def _load_dictionary(tokenizer) -> None:
+    """jieba's packaged dictionary into ``tokenizer``, from the cache file jieba itself writes in
+    its ``tmp_dir`` (built and written as jieba does when missing or malformed), read in one call:
+    jieba's ``marshal.load`` reads the file a few bytes at a time (1.1 s against 0.26 s at the
+    start of every Chinese ``reltrain predict``)."""
+    import os
+    import tempfile
+
+    cache = os.path.join(tokenizer.tmp_dir, "jieba.cache")
+    try:
+        with open(cache, "rb") as f:
+            freq, total = marshal.loads(f.read())
+        if not isinstance(freq, dict) or not isinstance(total, int):
+            raise ValueError("not a jieba dictionary cache")
+    except (OSError, ValueError, EOFError, TypeError):
+        freq, total = tokenizer.gen_pfdict(tokenizer.get_dict_file())
+        try:
+            fd, tmp = tempfile.mkstemp(dir=tokenizer.tmp_dir)
+            with os.fdopen(fd, "wb") as f:
+                marshal.dump((freq, total), f)
+            os.replace(tmp, cache)
+        except OSError:
+            pass  # read-only: built again at the next start
+    tokenizer.FREQ, tokenizer.total, tokenizer.initialized = freq, total, True
 
 
 def _private_folder() -> str:
@@ -46,20 +70,6 @@ def _private_folder() -> str:
     except OSError:
         pass
     return tempfile.mkdtemp(prefix="reltrain-jieba-")
-
-
-class _WholeFileMarshal:
-    """``marshal`` for jieba's dictionary cache, read in one call: ``marshal.load`` on a file reads
-    a few bytes at a time (1.1 s against 0.26 s at the start of every ``reltrain predict``)."""
-
-    dump = staticmethod(marshal.dump)
-
-    @staticmethod
-    def load(file):
-        freq, total = marshal.loads(file.read())  # anything else: jieba rebuilds the cache
-        if not isinstance(freq, dict) or not isinstance(total, int):
-            raise ValueError("not a jieba dictionary cache")
-        return freq, total
 
 
 @lru_cache(maxsize=1)
