@@ -66,7 +66,7 @@ def test_a_stop_while_waiting_ends_the_child_and_raises():
             child.send(time.sleep, 30)
             start = time.monotonic()
             with pytest.raises(Preempted) as stopped:
-                child.receive(lambda: stops.check("while waiting"))
+                child.receive(lambda: stop.check("while waiting"))
             proc = child.proc
         assert time.monotonic() - start < 10
     assert proc.returncode is not None  # ended with the block, not after its 30 s
@@ -83,7 +83,6 @@ def test_the_handler_notes_once_and_a_second_signal_acts_as_before():
             assert stop.signum == signal.SIGUSR1
             os.kill(os.getpid(), signal.SIGUSR1)  # the handler before it runs again
             assert seen == [signal.SIGUSR1]
-        stops.check("never raised")  # nothing installed: library use never stops on its own
     finally:
         signal.signal(signal.SIGUSR1, before)
 

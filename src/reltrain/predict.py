@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import logging
 from dataclasses import dataclass
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from reltrain import distributed as D
-from reltrain import children, stops
+from reltrain import children
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
 from reltrain.data.readers import STDIN
 from reltrain.data.schema import Record
@@ -89,7 +89,8 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
         else:
             mine = _predicted_chunks(predictor, data, o.top_k, o.skip_bad_rows, o.chunk_rows,
                                      o.workers, shard=(ctx.rank, ctx.world_size),
-                                     source=(str(checkpoint), o.runtime, o.amp))
+                                     source=(str(checkpoint), o.runtime, o.amp),
+                                     stop=lambda: stop.check(_STOPPED))
             chunks = _gathered_in_order(mine, ctx)
         if not ctx.is_main:
             for _ in chunks:  # joins every round of the gather
@@ -133,10 +134,6 @@ class Lines:
     bad: int = 0
 
 
-def _stop_point() -> None:
-    stops.check(_STOPPED)
-
-
 def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Lines]:
     """Every rank's chunks in input order (rank r holds chunks r, r + W, ...), on rank 0; a
     user error on any rank stops all of them alike."""
@@ -167,9 +164,11 @@ def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Li
 def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
                       chunk_rows: int, workers: int | None = None,
                       shard: tuple[int, int] = (0, 1),
-                      source: tuple[str, str, str] | None = None) -> Iterator[Lines]:
+                      source: tuple[str, str, str] | None = None,
+                      stop: Callable[[], None] = lambda: None) -> Iterator[Lines]:
     """The output lines of ``path`` a chunk at a time, in order (``shard=(r, W)``: chunks r, r+W,
-    ...); ``source`` (path, runtime, amp): where workers load the predictor; None: no workers."""
+    ...); ``source`` (path, runtime, amp): where workers load the predictor; None: no workers;
+    ``stop``: called between chunks and while waiting for workers, it may raise to give up."""
     from functools import partial
     from itertools import chain, islice
 
@@ -183,7 +182,7 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     def chunks():
         index = 0
         while chunk := list(islice(rows, chunk_rows)):
-            _stop_point()
+            stop()
             if index % shard[1] == shard[0]:
                 yield chunk
             index += 1
@@ -198,10 +197,10 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
     how = pool.mode(predictor, workers if source and len(first) > 1 else 0)
     if how == "predict":
         yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
-                                    mine, source, workers, _stop_point)
+                                    mine, source, workers, stop)
     elif how == "encode":
         encode = partial(_encode_chunk, skip_bad_rows=skip_bad_rows)
-        for parsed, split in pool.ordered_map(encode, mine, source, workers, _stop_point):
+        for parsed, split in pool.ordered_map(encode, mine, source, workers, stop):
             yield _lines(predictor, parsed, top_k, split)
     else:
         for chunk in mine:

@@ -12,8 +12,9 @@ from reltrain.stops import StopRequest
 def run_preprocess(cfg: Config) -> dict:
     """Tokenize, index and cache the configured files; prints what was cached and where."""
     use_example_data(cfg.data)
-    with StopRequest():  # a stop signal ends the tokenizing child and the command
-        prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True))
+    with StopRequest() as stop:  # a stop signal ends the tokenizing child and the command
+        prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True),
+                               lambda: stop.check("while preprocessing; nothing to save"))
     meta = prepared.meta
     info = {"cache": str(prepared.cache_path) if prepared.cache_path else None, "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},

@@ -1,5 +1,6 @@
 """Stop signals become a flag; the run checks it at named points (``check``, the step vote, the
-waits in ``children``, the predict loop) and stops there. The handler never raises, so no
+waits in ``children``, the predict loop) and stops there. The ``StopRequest`` is the one channel:
+a command installs it and passes it (or its ``check``) to the work that stops. The handler never raises, so no
 exception appears inside an import, a lock or a finalizer; a second signal acts as Python's own.
 Work with no stop point near (reading a config or a data file, building or loading a model)
 gets ``GRACE_S`` seconds after the signal, then the process ends with one line: a single SIGTERM
@@ -19,7 +20,6 @@ from reltrain.errors import Preempted
 # SIGUSR1: Slurm's warning before the time limit (#SBATCH --signal=USR1@120).
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGUSR1)
 
-_active: "StopRequest | None" = None  # the installed one: a process has one set of handlers
 GRACE_S = 10.0  # after a stop signal, outside loops that check for it: then the process ends
 
 
@@ -31,25 +31,23 @@ class StopRequest:
         self._previous: dict = {}
         self._checking = 0  # loops running now that stop at their own points (``checked``)
         self._timer: threading.Timer | None = None
+        self._installed = False
 
     def install(self) -> "StopRequest":
-        global _active
         if threading.current_thread() is threading.main_thread():
             for sig in STOP_SIGNALS:
                 if signal.getsignal(sig) is not signal.SIG_IGN:  # nohup: the user asked to ignore it
                     self._previous[sig] = signal.signal(sig, self._note)
-            _active = self
+            self._installed = True
         return self
 
     def restore(self) -> None:
-        global _active
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
         if self._timer is not None:
             self._timer.cancel()
-        if _active is self:
-            _active = None
+        self._installed = False
 
     def __enter__(self) -> "StopRequest":
         return self.install()
@@ -73,7 +71,7 @@ class StopRequest:
     def _overdue(self) -> None:
         """No stop point acted on the signal in time and no checking loop runs: end here (the
         kernel drops the run's lock; children see their stdin close and end too)."""
-        if self._checking or _active is not self:
+        if self._checking or not self._installed:
             return
         name = signal.Signals(self.signum).name
         try:
@@ -93,19 +91,3 @@ class StopRequest:
             yield
         finally:
             self._checking -= 1
-
-
-def check(when: str) -> None:
-    """``check`` of the installed request, if any (library use installs none)."""
-    if _active is not None:
-        _active.check(when)
-
-
-@contextmanager
-def checked():
-    """``StopRequest.checked`` of the installed request, if any."""
-    if _active is None:
-        yield
-        return
-    with _active.checked():
-        yield

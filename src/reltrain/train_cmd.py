@@ -70,6 +70,7 @@ def run_train(cfg: Config) -> dict:
 
 
 _OUTSIDE = "before training or after it; nothing new to save"
+_PREPROCESSING = "while preprocessing; nothing to save"
 
 
 def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) -> dict:
@@ -78,7 +79,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     seed_everything(cfg.train.seed)
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
-        prepared = prepare_run(cfg, progress)
+        prepared = prepare_run(cfg, progress, lambda: stop.check(_PREPROCESSING))
     stop.check(_OUTSIDE)
     negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
     identity = {**token_identity(prepared), "labels": prepared.labels,

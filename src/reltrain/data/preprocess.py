@@ -10,12 +10,13 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
-from reltrain import children, stops
+from reltrain import children
 from reltrain.data.build import Spec
 from reltrain.data.readers import iter_records, read_labels
 from reltrain.data.schema import Record
@@ -160,9 +161,10 @@ def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) 
 
 
 def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
-            lm_add_chars: int = 0) -> Prepared:
+            lm_add_chars: int = 0, stop: Callable[[], None] | None = None) -> Prepared:
     """The cached tensors for these files and options, built if needed (a damaged entry is replaced;
-    an unwritable cache location: no cache). ``lm_folder``: its subwords, no vocabulary."""
+    an unwritable cache location: no cache). ``lm_folder``: its subwords, no vocabulary;
+    ``stop``: called while the tokenizing child works, it may raise to give up."""
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
@@ -173,7 +175,7 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     prepared = _load_cached(path) if path.exists() and not foreign else None
     if prepared is None:
         prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars,
-                                   cache=not foreign)
+                                   cache=not foreign, stop=stop)
     if lm_folder and prepared.lm is None:
         from reltrain.data.lm import LMTokenizer
 
@@ -254,12 +256,10 @@ def owned_privately(path: Path) -> bool:
                for i in infos)
 
 
-def _built_in_child(data_cfg, path: Path, *options, cache: bool = True) -> Prepared:
+def _built_in_child(data_cfg, path: Path, *options, cache: bool = True,
+                    stop: Callable[[], None] | None = None) -> Prepared:
     """``_build_and_save`` in a child that ends, handing its result over through the cache entry:
     the training process never holds jieba's dictionary or the garbage of segmentation."""
-    def stop():
-        stops.check("while preprocessing; nothing to save")
-
     built = cache and _writable(path.parent) and children.call(_build_and_save, data_cfg, path,
                                                                *options, stop=stop)
     if built:
@@ -306,11 +306,12 @@ def _load_cached(path: Path) -> Prepared | None:
     return None
 
 
-def prepare_run(cfg, progress: bool = False) -> Prepared:
+def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
     lm = cfg.model.name == "lm"
     return prepare(cfg.data, progress, lm_folder=cfg.model.lm.pretrained if lm else "",
-                   lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars)
+                   lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars,
+                   stop=stop)
 
 
 def token_identity(prepared: Prepared) -> dict:
