@@ -132,3 +132,24 @@ def test_exporting_a_never_scored_run_warns(small_en, tmp_path):
     result = ok(run_cli("export", str(tmp_path / "run"), str(tmp_path / "model")))
     assert "never scored on a test set" in result.stderr
     assert "Not scored on a test set." in (tmp_path / "model/README.md").read_text()
+
+
+def test_serves_flags_are_its_options_dataclass_defined_once():
+    """The parser is built from ServeOptions: its defaults are the dataclass's, every flag sets
+    its field, and a bad value is the dataclass's one line."""
+    import argparse
+    import dataclasses
+
+    from reltrain.errors import UserError
+    from reltrain.inference.serve_options import ServeOptions
+    from reltrain.options import add_to, from_args
+
+    parser = argparse.ArgumentParser()
+    add_to(parser, ServeOptions)
+    assert from_args(ServeOptions, parser.parse_args(["m"])) == ServeOptions("m")
+    given = from_args(ServeOptions, parser.parse_args(
+        ["m", "--port", "9", "--max-wait-ms", "2.5", "--no-demo", "--access-log", "--host", "::"]))
+    assert dataclasses.replace(ServeOptions("m"), port=9, max_wait_ms=2.5, demo=False,
+                               access_log=True, host="::") == given
+    with pytest.raises(UserError, match="--max-batch must be at least 1, not 0"):
+        from_args(ServeOptions, parser.parse_args(["m", "--max-batch", "0"]))

@@ -8,8 +8,8 @@ from pathlib import Path
 import reltrain
 
 ROOT = Path(reltrain.__file__).parent
-SHARED = ("artifacts", "children", "config", "distributed", "errors", "logs", "output",
-          "precision", "scoring", "stops")
+SHARED = ("artifacts", "children", "config", "distributed", "errors", "logs", "options",
+          "output", "precision", "scoring", "stops")
 
 
 def _imports() -> dict[str, set[str]]:

@@ -307,9 +307,11 @@ def test_serve_limits_out_of_range_are_one_line(model, capsys):  # noqa: F811
 
     for flags, words in ((["--max-queue", "0"], "must be at least 1"),
                          (["--max-items", "100", "--max-queue", "50"], "must hold at least one request"),
-                         (["--body-timeout-s", "0"], "--body-timeout-s positive"),
+                         (["--body-timeout-s", "0"], "--body-timeout-s must be positive"),
+                         (["--max-wait-ms", "-1"], "--max-wait-ms must be >= 0"),
+                         (["--workers", "0"], "--workers must be at least 1"),
                          (["--max-connections", "0"], "--max-connections must be at least 1"),
-                         (["--drain-timeout-s", "-1"], "--drain-timeout-s positive"),
+                         (["--drain-timeout-s", "-1"], "--drain-timeout-s must be positive"),
                          (["--port", "70000"], "--port must be from 0 to 65535")):
         assert words in cli_error(capsys, "serve", str(model), *flags), flags
 

@@ -9,6 +9,8 @@ from contextlib import contextmanager
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
 from reltrain.errors import Preempted, UserError
+from reltrain.inference.serve_options import ServeOptions
+from reltrain.options import add_to, from_args
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -97,41 +99,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("serve", help="an HTTP JSON API with micro-batching (needs reltrain[serve])",
                        description="POST /predict (one example or a list), GET /health, GET /model. "
                                    "Concurrent requests are predicted in shared batches.")
-    p.add_argument("model", help="an exported folder, a run directory or a .pt checkpoint")
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; "
-                   "0.0.0.0 for every interface)")
-    p.add_argument("--port", type=int, default=8000, help="(default 8000)")
-    p.add_argument("--max-batch", type=int, default=64, metavar="N",
-                   help="examples per model batch (default 64; 1: no micro-batching)")
-    p.add_argument("--max-wait-ms", type=float, default=0.0, metavar="MS",
-                   help="how long a batch waits for more requests (default 0: it takes what "
-                        "queued while the model was busy)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="server processes, each with the model and the cores shared (default 1)")
-    p.add_argument("--top-k", type=int, default=3, help="alternatives per answer (a request may "
-                   "ask ?top_k=N)")
-    p.add_argument("--max-items", type=int, default=1024, metavar="N",
-                   help="examples per request, each pair of a sentence's entities counting "
-                        "(default 1024)")
-    p.add_argument("--max-text-chars", type=int, default=10_000, metavar="N",
-                   help="characters per text (default 10000)")
-    p.add_argument("--max-request-chars", type=int, default=1_000_000, metavar="N",
-                   help="characters of text one request may ask to read, each example (every "
-                        "entity pair) reading its whole text; more: 413 (default 1000000)")
-    p.add_argument("--max-queue", type=int, default=4096, metavar="N",
-                   help="examples waiting for the model at most; more: 503 with Retry-After "
-                        "(default 4096)")
-    p.add_argument("--max-connections", type=int, default=1000, metavar="N",
-                   help="open connections per worker process; more: 503 (default 1000)")
-    p.add_argument("--body-timeout-s", type=float, default=30.0, metavar="S",
-                   help="a request body slower than this: 408 (default 30)")
-    p.add_argument("--drain-timeout-s", type=float, default=30.0, metavar="S",
-                   help="on SIGTERM/SIGINT, how long requests in flight may finish (default 30; "
-                        "a second signal stops at once)")
-    p.add_argument("--access-log", action="store_true",
-                   help="one JSON line per request on stderr (request id, status, time)")
-    p.add_argument("--no-demo", dest="demo", action="store_false",
-                   help="no demo page at GET / (the JSON API only)")
+    add_to(p, ServeOptions)
     _model_args(p)
     return parser
 
@@ -262,16 +230,9 @@ def _dispatch(args) -> int:
         out = export_model(args.checkpoint, args.out_dir, args.format)
         print(f"exported {args.checkpoint} to {out}", flush=True)
     elif args.command == "serve":
-        from reltrain.inference.server import ServeOptions, serve
+        from reltrain.inference.server import serve
 
-        options = ServeOptions(args.model, args.device, args.runtime, args.max_batch,
-                               args.max_wait_ms, args.top_k, max_items=args.max_items,
-                               max_text_chars=args.max_text_chars,
-                               max_request_chars=args.max_request_chars, amp=args.amp,
-                               max_queue=args.max_queue, body_timeout_s=args.body_timeout_s,
-                               access_log=args.access_log, demo=args.demo)
-        serve(options, args.host, args.port, args.workers, args.max_connections,
-              args.drain_timeout_s)
+        serve(from_args(ServeOptions, args))
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 

@@ -13,51 +13,19 @@ import signal
 import socket
 import time
 import uuid
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, replace
 from pathlib import Path
 
-from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
 from reltrain.errors import UserError
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed, Unavailable
 from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
+from reltrain.inference.serve_options import ServeOptions
 
 log = logging.getLogger("reltrain.serve")
 access = logging.getLogger("reltrain.serve.access")
 
 OPTIONS_ENV = "RELTRAIN_SERVE_OPTIONS"  # how uvicorn's worker processes get the options
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-
-
-@dataclass
-class ServeOptions:
-    model: str
-    device: str = "cpu"
-    runtime: str = "torch"
-    max_batch: int = 64
-    max_wait_ms: float = 0.0
-    top_k: int = 3
-    max_body_bytes: int = 1_000_000
-    max_items: int = 1024
-    max_text_chars: int = 10_000
-    max_request_chars: int = 1_000_000  # text read per request, each entity pair reading its own
-    threads: int = 0  # torch threads per process; 0: the cores shared among the workers
-    amp: str = "auto"
-    max_queue: int = 4096  # examples waiting for the model; beyond: 503
-    body_timeout_s: float = 30.0  # a body slower than this: 408
-    access_log: bool = False  # one JSON line per request (stderr)
-    demo: bool = True  # the demo page at GET /
-
-    def __post_init__(self):
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
-        if min(self.max_batch, self.top_k, self.max_items, self.max_text_chars,
-               self.max_request_chars, self.max_body_bytes, self.max_queue) < 1:
-            raise UserError("--max-batch, --top-k, --max-items, --max-text-chars, "
-                            "--max-request-chars and --max-queue must be at least 1")
-        if self.max_wait_ms < 0 or self.body_timeout_s <= 0:
-            raise UserError("--max-wait-ms must be >= 0 and --body-timeout-s positive")
-        if self.max_queue < self.max_items:
-            raise UserError(f"--max-queue ({self.max_queue}) must hold at least one request of "
-                            f"--max-items ({self.max_items}) examples")
 
 
 class Metrics:
@@ -335,8 +303,7 @@ def app_from_env():
     return create_app(ServeOptions(**json.loads(os.environ[OPTIONS_ENV])))
 
 
-def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, workers: int = 1,
-          max_connections: int = 1000, drain_timeout_s: float = 30.0) -> None:
+def serve(options: ServeOptions) -> None:
     """Run the server until SIGINT or SIGTERM: it stops taking connections, finishes what is in
     flight (at most ``drain_timeout_s``), and exits; a second signal stops it at once."""
     try:
@@ -345,25 +312,22 @@ def serve(options: ServeOptions, host: str = "127.0.0.1", port: int = 8000, work
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
     from reltrain.inference.predictor import Predictor
 
-    if workers < 1 or max_connections < 1 or drain_timeout_s <= 0:
-        raise UserError("--workers and --max-connections must be at least 1, --drain-timeout-s positive")
-    if not 0 <= port <= 65535:
-        raise UserError("--port must be from 0 to 65535")
-    Predictor.from_checkpoint(options.model, runtime=options.runtime, amp=options.amp)  # errors first
-    _check_port(host, port)
-    if not options.threads:
-        options.threads = max(1, (os.cpu_count() or 1) // workers)
-    wait = (f"waiting up to {options.max_wait_ms:g} ms for more" if options.max_wait_ms
+    o = options
+    Predictor.from_checkpoint(o.model, runtime=o.runtime, amp=o.amp)  # errors first
+    _check_port(o.host, o.port)
+    if not o.threads:
+        o = replace(o, threads=max(1, (os.cpu_count() or 1) // o.workers))
+    wait = (f"waiting up to {o.max_wait_ms:g} ms for more" if o.max_wait_ms
             else "what queued while the model was busy")
     log.info("serving %s on http://%s:%d (POST /predict, GET /health /ready /model /metrics "
              "/docs%s); %d worker process(es), batches of up to %d examples (%s)",
-             options.model, host, port, " and the demo page /" if options.demo else "", workers,
-             options.max_batch, wait)
-    os.environ[OPTIONS_ENV] = json.dumps(asdict(options))
-    uvicorn.run("reltrain.inference.server:app_from_env", factory=True, host=host, port=port,
-                workers=workers, access_log=False, log_level="info",
-                limit_concurrency=max_connections,
-                timeout_graceful_shutdown=max(1, round(drain_timeout_s)))
+             o.model, o.host, o.port, " and the demo page /" if o.demo else "", o.workers,
+             o.max_batch, wait)
+    os.environ[OPTIONS_ENV] = json.dumps(asdict(o))
+    uvicorn.run("reltrain.inference.server:app_from_env", factory=True, host=o.host, port=o.port,
+                workers=o.workers, access_log=False, log_level="info",
+                limit_concurrency=o.max_connections,
+                timeout_graceful_shutdown=max(1, round(o.drain_timeout_s)))
 
 
 def _check_port(host: str, port: int) -> None:

@@ -1,0 +1,39 @@
+"""A command's options as one dataclass: each field says its flag and help once (``opt``), the
+command line's parser is built from the class (``add_to``), the command gets the class back
+(``from_args``), and the class validates itself once, in ``__post_init__``; the Python API takes
+the same object."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import MISSING, field, fields
+
+
+def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None):
+    """A field that is also a command-line option: ``--name-with-dashes`` unless ``flag`` says
+    otherwise; a field without a default is a positional argument; a bool is a switch that turns
+    its default around (``--no-demo`` for a default of True)."""
+    return field(default=default, metadata={"help": help, "metavar": metavar, "flag": flag})
+
+
+def add_to(parser: argparse.ArgumentParser, cls) -> None:
+    """An argument for each field of ``cls`` made with ``opt``, in the order of the fields."""
+    for f in fields(cls):
+        meta = f.metadata
+        if "help" not in meta:
+            continue  # set by the program, not on the command line
+        dashed = f.name.replace("_", "-")
+        if f.default is MISSING:
+            parser.add_argument(f.name, help=meta["help"], metavar=meta["metavar"])
+        elif isinstance(f.default, bool):
+            flag = meta["flag"] or (f"--no-{dashed}" if f.default else f"--{dashed}")
+            parser.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true",
+                                help=meta["help"])
+        else:
+            parser.add_argument(meta["flag"] or f"--{dashed}", dest=f.name, default=f.default,
+                                type=type(f.default), metavar=meta["metavar"], help=meta["help"])
+
+
+def from_args(cls, args: argparse.Namespace):
+    """``cls`` from the parsed command line (its fields that the parser has)."""
+    return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
