@@ -4,6 +4,7 @@ directory with only best.pt, standard input, options that contradict each other.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -153,3 +154,24 @@ def test_serves_flags_are_its_options_dataclass_defined_once():
                                access_log=True, host="::") == given
     with pytest.raises(UserError, match="--max-batch must be at least 1, not 0"):
         from_args(ServeOptions, parser.parse_args(["m", "--max-batch", "0"]))
+
+
+def test_predicts_flags_are_its_options_dataclass_defined_once():
+    import argparse
+
+    from reltrain.errors import UserError
+    from reltrain.options import add_to, from_args
+    from reltrain.predict_options import PredictOptions
+
+    parser = argparse.ArgumentParser()
+    add_to(parser, PredictOptions)
+    assert from_args(PredictOptions, parser.parse_args(["m", "d.csv"])) == PredictOptions("m", "d.csv")
+    given = from_args(PredictOptions, parser.parse_args(
+        ["m", "--text", "A B", "--head", "A", "--tail", "B", "--tail-offset", "2", "--workers", "0"]))
+    assert (given.data, given.text, given.tail_offset, given.workers) == (None, "A B", 2, 0)
+    for argv, words in ((["m"], "give a DATA file, or --text"),
+                        (["m", "d.csv", "--head", "A"], "not both (--head with d.csv)"),
+                        (["m", "d.csv", "--chunk-rows", "0"], "--chunk-rows must be at least 1"),
+                        (["m", "d.csv", "--devices", "-1"], "--devices must be >= 0")):
+        with pytest.raises(UserError, match=re.escape(words)):
+            from_args(PredictOptions, parser.parse_args(argv))

@@ -11,6 +11,7 @@ from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
 from reltrain.errors import Preempted, UserError
 from reltrain.inference.serve_options import ServeOptions
 from reltrain.options import add_to, from_args
+from reltrain.predict_options import PredictOptions
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -67,27 +68,7 @@ def _parser() -> argparse.ArgumentParser:
                         "eval.negative_label: auto, none or a label)")
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
-    p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
-    p.add_argument("data", nargs="?", help=".csv or .jsonl (relation column optional); - reads "
-                                           "standard input (JSON lines if its first row is an "
-                                           "object, else CSV)")
-    p.add_argument("--text")
-    p.add_argument("--head", help="head entity text")
-    p.add_argument("--tail", help="tail entity text")
-    p.add_argument("--head-offset", type=int, help="character offset of the head (default: first occurrence)")
-    p.add_argument("--tail-offset", type=int, help="character offset of the tail (default: first occurrence)")
-    p.add_argument("--top-k", type=int, default=3)
-    p.add_argument("--output", metavar="FILE", help="write JSON lines here instead of stdout")
-    p.add_argument("--progress", choices=SWITCH, default="auto",
-                   help="progress bar with rows/s (auto: on a terminal)")
-    p.add_argument("--workers", type=int, metavar="N",
-                   help="worker processes that predict chunks of rows, on a GPU tokenize them "
-                        "(default: one per core, at most 8; 0: none)")
-    p.add_argument("--chunk-rows", type=int, default=4096, metavar="N",
-                   help="rows read, predicted and written at a time (default 4096)")
-    p.add_argument("--devices", type=int, default=0, metavar="N",
-                   help="predict in N local processes through torch.distributed.run (the same "
-                        "output as one)")
+    add_to(p, PredictOptions)
     _common(p)
     p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
                        description="Write CHECKPOINT as a folder: model.safetensors, config.json "
@@ -240,19 +221,14 @@ def _dispatch(args) -> int:
                      skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp,
                      predictions=args.predictions, negative_label=args.negative_label)
     else:
+        options = from_args(PredictOptions, args)
         with _starting():
-            from reltrain.predict import PredictOptions, run_predict
-
-        options = PredictOptions(args.top_k, args.device, args.skip_bad_rows, args.progress,
-                                 args.chunk_rows, args.workers, args.runtime, args.amp)
-        if args.devices < 0:
-            raise UserError("--devices must be at least 0")
+            from reltrain.predict import run_predict
         from reltrain.distributed import launched
 
-        if args.devices > 1 and not launched():
+        if options.devices > 1 and not launched():
             from reltrain.launch import run_local_workers
 
-            return run_local_workers(args.devices, args.argv)  # the workers see the launcher
-        run_predict(args.checkpoint, args.data, args.text, args.head, args.tail, args.head_offset,
-                    args.tail_offset, args.output, options)
+            return run_local_workers(options.devices, args.argv)  # the workers see the launcher
+        run_predict(options=options)
     return 0

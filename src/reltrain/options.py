@@ -9,11 +9,15 @@ import argparse
 from dataclasses import MISSING, field, fields
 
 
-def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None):
+def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None,
+        kind: type | None = None, choices: tuple | None = None, positional: bool = False):
     """A field that is also a command-line option: ``--name-with-dashes`` unless ``flag`` says
-    otherwise; a field without a default is a positional argument; a bool is a switch that turns
-    its default around (``--no-demo`` for a default of True)."""
-    return field(default=default, metadata={"help": help, "metavar": metavar, "flag": flag})
+    otherwise; a field without a default (or with ``positional``) is a positional argument; a
+    bool is a switch that turns its default around (``--no-demo`` for a default of True);
+    ``kind``: the type of a value whose default is None."""
+    return field(default=default, metadata={"help": help, "metavar": metavar, "flag": flag,
+                                            "kind": kind, "choices": choices,
+                                            "positional": positional})
 
 
 def add_to(parser: argparse.ArgumentParser, cls) -> None:
@@ -23,15 +27,17 @@ def add_to(parser: argparse.ArgumentParser, cls) -> None:
         if "help" not in meta:
             continue  # set by the program, not on the command line
         dashed = f.name.replace("_", "-")
-        if f.default is MISSING:
-            parser.add_argument(f.name, help=meta["help"], metavar=meta["metavar"])
+        if f.default is MISSING or meta["positional"]:
+            optional = {} if f.default is MISSING else {"nargs": "?", "default": f.default}
+            parser.add_argument(f.name, help=meta["help"], metavar=meta["metavar"], **optional)
         elif isinstance(f.default, bool):
             flag = meta["flag"] or (f"--no-{dashed}" if f.default else f"--{dashed}")
             parser.add_argument(flag, dest=f.name, action="store_false" if f.default else "store_true",
                                 help=meta["help"])
         else:
             parser.add_argument(meta["flag"] or f"--{dashed}", dest=f.name, default=f.default,
-                                type=type(f.default), metavar=meta["metavar"], help=meta["help"])
+                                type=meta["kind"] or type(f.default), choices=meta["choices"],
+                                metavar=meta["metavar"], help=meta["help"])
 
 
 def from_args(cls, args: argparse.Namespace):

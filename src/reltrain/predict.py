@@ -9,46 +9,23 @@ from collections.abc import Callable, Iterator
 
 from reltrain import distributed as D
 from reltrain import children
-from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
 from reltrain.data.readers import STDIN
 from reltrain.data.schema import Record
 from reltrain.errors import SharedUserError, UserError
 from reltrain.inference.predictor import Predictor, expand, make_record
 from reltrain.output import check_output, output_stream
+from reltrain.predict_options import PredictOptions
 from reltrain.stops import StopRequest
 
 log = logging.getLogger("reltrain.predict")
 
 
-@dataclass
-class PredictOptions:
-    """How ``run_predict`` predicts, checked here: the Python API gets the command line's checks."""
-
-    top_k: int = 3
-    device: str = "cpu"
-    skip_bad_rows: bool = False
-    progress: str = "auto"
-    chunk_rows: int = 4096
-    workers: int | None = None  # None: one per core, at most 8 (children.default_workers)
-    runtime: str = "torch"
-    amp: str = "auto"
-
-    def __post_init__(self):
-        if self.top_k < 1:
-            raise UserError("--top-k must be at least 1")
-        if self.chunk_rows < 1:
-            raise UserError("--chunk-rows must be at least 1")
-        if self.workers is not None and self.workers < 0:
-            raise UserError("--workers must be >= 0")
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS),
-                      progress=(self.progress, SWITCH))
-
-
-def run_predict(checkpoint: str, data: str | None = None, text: str | None = None,
+def run_predict(checkpoint: str | None = None, data: str | None = None, text: str | None = None,
                 head: str | None = None, tail: str | None = None, head_offset: int | None = None,
                 tail_offset: int | None = None, output: str | None = None,
                 options: PredictOptions | None = None, **settings) -> int:
     """Label a file (CSV/JSONL) or one sentence as JSON lines; returns how many lines were written.
+    ``options`` (the command line's) or the arguments and ``settings`` (PredictOptions' fields).
 
     Chunks of ``chunk_rows`` rows are read, predicted (by ``workers`` processes on a CPU) and
     written in input order, so memory stays flat for a corpus of any size. ``--output`` is renamed
@@ -56,13 +33,9 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
     from reltrain.config import DistConfig
     from reltrain.logs import progress_enabled
 
-    o = options or PredictOptions(**settings)
-    given = [name for name, value in (("text", text), ("head", head), ("tail", tail),
-                                      ("head-offset", head_offset), ("tail-offset", tail_offset))
-             if value is not None]
-    if data is not None and given:
-        raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
-                        f"(--{' --'.join(given)} with {data})")
+    o = options or PredictOptions(checkpoint, data, text, head, tail, head_offset, tail_offset,
+                                  output=output, **settings)
+    checkpoint, data, output = o.checkpoint, o.data, o.output
     check_output(output, (data, checkpoint))
     stop, ctx = StopRequest().install(), None  # to the end: one line, exit 128 + the signal
     try:
@@ -80,9 +53,7 @@ def run_predict(checkpoint: str, data: str | None = None, text: str | None = Non
             raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
                                   f"model's relations), not {o.top_k}")
         if data is None:
-            if text is None or head is None or tail is None:
-                raise UserError("give a DATA file, or --text with --head and --tail")
-            record = make_record(text, head, tail, head_offset, tail_offset, cli=True)
+            record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
             warn_misfit(predictor, [record])
             chunks = iter([Lines([json.dumps(r, ensure_ascii=False)
                                   for r in predictor.predict([record], o.top_k)])])

@@ -1,0 +1,62 @@
+"""``PredictOptions``: every setting of ``reltrain predict``, its default, flag and help once,
+checked once; the command line's parser is built from it (reltrain/options.py) and the Python API
+(``run_predict``) builds the same object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
+from reltrain.errors import UserError
+from reltrain.options import opt
+
+
+@dataclass
+class PredictOptions:
+    checkpoint: str = opt(help="a .pt checkpoint, a run directory (its best checkpoint) or an "
+                               "exported folder")
+    data: str | None = opt(None, ".csv or .jsonl (relation column optional); - reads standard "
+                                 "input (JSON lines if its first row is an object, else CSV)",
+                           positional=True)
+    text: str | None = opt(None, "one sentence to label (with --head and --tail)", kind=str)
+    head: str | None = opt(None, "head entity text", kind=str)
+    tail: str | None = opt(None, "tail entity text", kind=str)
+    head_offset: int | None = opt(None, "character offset of the head (default: first "
+                                        "occurrence)", kind=int)
+    tail_offset: int | None = opt(None, "character offset of the tail (default: first "
+                                        "occurrence)", kind=int)
+    top_k: int = opt(3, "alternatives per answer (default 3)")
+    output: str | None = opt(None, "write JSON lines here instead of stdout", kind=str,
+                             metavar="FILE")
+    progress: str = opt("auto", "progress bar with rows/s (auto: on a terminal)", choices=SWITCH)
+    workers: int | None = opt(None, "worker processes that predict chunks of rows, on a GPU "
+                                    "tokenize them (default: one per core, at most 8; 0: none)",
+                              kind=int, metavar="N")
+    chunk_rows: int = opt(4096, "rows read, predicted and written at a time (default 4096)",
+                          metavar="N")
+    devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "
+                          "same output as one)", metavar="N")
+    # --device, --runtime, --amp and --skip-bad-rows as evaluate takes them (cli._common)
+    device: str = "cpu"
+    runtime: str = "torch"
+    amp: str = "auto"
+    skip_bad_rows: bool = False
+
+    def __post_init__(self):
+        for name in ("top_k", "chunk_rows"):
+            if getattr(self, name) < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, not "
+                                f"{getattr(self, name)}")
+        for name in ("workers", "devices"):
+            if (getattr(self, name) or 0) < 0:
+                raise UserError(f"--{name} must be >= 0, not {getattr(self, name)}")
+        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS),
+                      progress=(self.progress, SWITCH))
+        given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
+                 if getattr(self, name) is not None]
+        if self.data is not None and given:
+            flags = " --".join(name.replace("_", "-") for name in given)
+            raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
+                            f"(--{flags} with {self.data})")
+        if self.data is None and (self.text is None or self.head is None or self.tail is None):
+            raise UserError("give a DATA file, or --text with --head and --tail")
