@@ -46,6 +46,38 @@ def test_the_layers_import_only_downwards():
                                  "reltrain.compare_cmd", "reltrain.report_cmd")) == {}
 
 
+# docs/architecture.md's four layers; a module may import its own layer and those below it.
+# errors.py and children.py stand under data/ (they import nothing else of reltrain).
+LAYERS = {
+    1: ("reltrain.cli", "reltrain.train_cmd", "reltrain.predict", "reltrain.predict_options",
+        "reltrain.evaluate", "reltrain.preprocess_cmd", "reltrain.inspect_cmd",
+        "reltrain.compare_cmd", "reltrain.report_cmd", "reltrain.launch", "reltrain.__main__",
+        "reltrain"),
+    2: ("reltrain.training", "reltrain.inference"),
+    3: ("reltrain.artifacts", "reltrain.scoring", "reltrain.distributed", "reltrain.stops",
+        "reltrain.precision", "reltrain.config", "reltrain.config_files", "reltrain.options",
+        "reltrain.logs", "reltrain.output", "reltrain.examples"),
+    4: ("reltrain.data", "reltrain.models", "reltrain.errors", "reltrain.children"),
+}
+
+
+def _layer(name: str) -> int | None:
+    """The layer of a module or of a name imported from one (``reltrain.data.lm.X``)."""
+    found = [(len(prefix), layer) for layer, prefixes in LAYERS.items() for prefix in prefixes
+             if name == prefix or name.startswith(prefix + ".")]
+    return max(found)[1] if found else None
+
+
+def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_ones():
+    imports = _imports()
+    assert [m for m in imports if _layer(m) is None] == []
+    package = ("reltrain", "reltrain.__version__")  # what every submodule's import loads anyway
+    upward = {module: sorted(n for n in names if n.startswith("reltrain") and n not in package
+                             and (_layer(n) or 5) < _layer(module))
+              for module, names in imports.items()}
+    assert {m: n for m, n in upward.items() if n} == {}
+
+
 def test_one_module_is_rank_aware():
     users = _reaching(_imports(), ("torch.distributed",))
     assert set(users) == {"reltrain.distributed", "reltrain.launch"}, users

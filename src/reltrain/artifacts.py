@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from reltrain.config import METRICS, Config, config_from_dict
+from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.errors import UserError, first_line
 
 EXPORT_FORMAT = "reltrain-export"
@@ -23,9 +24,6 @@ EXPORT_VERSION = 1
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 VOCAB = "vocab.json"
-# The tokenizer files a checkpoint or folder may carry: names, never paths.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
 
 MIB = 1 << 20
 TEXT_LIMIT = 256 * MIB  # one JSON or tokenizer file: far above any real tokenizer's

@@ -9,10 +9,14 @@ from collections.abc import Iterable
 from itertools import islice
 from pathlib import Path
 
-from reltrain.artifacts import TOKENIZER_FILES
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, truncate
 from reltrain.errors import UserError, first_line
+
+
+# The tokenizer files a checkpoint or an exported folder may carry: names, never paths.
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                   "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
 
 
 def _markers(role: str, type_: str | None) -> tuple[str, str]:

@@ -149,7 +149,7 @@ def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) 
     if not lm_folder:
         tokenizer = Tokenizer.from_config(data_cfg)
         return f"{tokenizer.kind}:lower={tokenizer.lowercase}"
-    from reltrain.artifacts import TOKENIZER_FILES
+    from reltrain.data.lm import TOKENIZER_FILES
 
     digest = hashlib.sha256(f"{lm_markers}:{lm_add_chars}".encode())
     for name in TOKENIZER_FILES:
