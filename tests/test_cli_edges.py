@@ -161,7 +161,7 @@ def test_predicts_flags_are_its_options_dataclass_defined_once():
 
     from reltrain.errors import UserError
     from reltrain.options import add_to, from_args
-    from reltrain.predict_options import PredictOptions
+    from reltrain.command_options import PredictOptions
 
     parser = argparse.ArgumentParser()
     add_to(parser, PredictOptions)

@@ -7,11 +7,11 @@ import os
 import sys
 from contextlib import contextmanager
 
+from reltrain.command_options import EvaluateOptions, PredictOptions
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
 from reltrain.errors import Preempted, UserError
 from reltrain.inference.serve_options import ServeOptions
 from reltrain.options import add_to, from_args
-from reltrain.predict_options import PredictOptions
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -58,14 +58,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", metavar="RUN_DIR")
     p.add_argument("--json", dest="as_json", action="store_true", help="the comparison as JSON")
     p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
-    p.add_argument("checkpoint", help="a .pt checkpoint, a run directory (its best checkpoint) or an exported folder")
-    p.add_argument("data", help="labelled .csv or .jsonl")
-    p.add_argument("--output", metavar="FILE", help="also write the JSON here")
-    p.add_argument("--predictions", metavar="FILE",
-                   help="also write every row with its gold and predicted relation (JSON lines)")
-    p.add_argument("--negative-label", metavar="NAME",
-                   help="the 'no relation' label for the positive figures (default: the model's "
-                        "eval.negative_label: auto, none or a label)")
+    add_to(p, EvaluateOptions)
     _common(p)
     p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
     add_to(p, PredictOptions)
@@ -217,9 +210,7 @@ def _dispatch(args) -> int:
     elif args.command == "evaluate":
         from reltrain.evaluate import run_evaluate
 
-        run_evaluate(args.checkpoint, args.data, args.output, args.device,
-                     skip_bad_rows=args.skip_bad_rows, runtime=args.runtime, amp=args.amp,
-                     predictions=args.predictions, negative_label=args.negative_label)
+        run_evaluate(options=from_args(EvaluateOptions, args))
     else:
         options = from_args(PredictOptions, args)
         with _starting():

@@ -7,6 +7,7 @@ import logging
 
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
+from reltrain.command_options import EvaluateOptions
 from reltrain.output import check_output, write_output
 from reltrain.inference.predictor import Predictor, write_predictions
 from reltrain.data.schema import negative_index
@@ -17,13 +18,16 @@ from reltrain.training.evaluation import evaluate
 log = logging.getLogger("reltrain.evaluate")
 
 
-def run_evaluate(checkpoint: str, data: str, output: str | None = None, device: str = "cpu",
-                 batch_size: int = 256, skip_bad_rows: bool = False, runtime: str = "torch",
-                 amp: str = "auto", predictions: str | None = None,
-                 negative_label: str | None = None) -> dict:
+def run_evaluate(checkpoint: str | None = None, data: str | None = None,
+                 options: EvaluateOptions | None = None, **settings) -> dict:
     """Score ``checkpoint`` on ``data`` and print the metrics as JSON (the keys of summary.json);
-    ``predictions``: also every row's answer, as a run's ``test_predictions.jsonl``;
-    ``negative_label``: as ``eval.negative_label`` (default: the model's own setting)."""
+    ``options`` (the command line's) or the arguments and ``settings`` (EvaluateOptions' fields:
+    ``predictions``, also every row's answer as a run's ``test_predictions.jsonl``;
+    ``negative_label``, as ``eval.negative_label``, default the model's own setting)."""
+    o = options or EvaluateOptions(checkpoint, data, **settings)
+    checkpoint, data, output, predictions = o.checkpoint, o.data, o.output, o.predictions
+    device, runtime, amp, negative_label = o.device, o.runtime, o.amp, o.negative_label
+    batch_size, skip_bad_rows = o.batch_size, o.skip_bad_rows
     check_output(output, (data, checkpoint))
     check_output(predictions, (data, checkpoint))
     ctx = D.setup(device, DistConfig())

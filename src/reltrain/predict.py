@@ -14,7 +14,7 @@ from reltrain.data.schema import Record
 from reltrain.errors import SharedUserError, UserError
 from reltrain.inference.predictor import Predictor, expand, make_record
 from reltrain.output import check_output, output_stream
-from reltrain.predict_options import PredictOptions
+from reltrain.command_options import PredictOptions
 from reltrain.stops import StopRequest
 
 log = logging.getLogger("reltrain.predict")

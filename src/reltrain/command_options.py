@@ -1,6 +1,7 @@
-"""``PredictOptions``: every setting of ``reltrain predict``, its default, flag and help once,
-checked once; the command line's parser is built from it (reltrain/options.py) and the Python API
-(``run_predict``) builds the same object."""
+"""The options of the commands that read a model, ``reltrain predict`` (``PredictOptions``) and
+``reltrain evaluate`` (``EvaluateOptions``): every setting with its default, flag and help once,
+checked once; the command line's parser is built from them (reltrain/options.py) and the Python
+API (``run_predict``, ``run_evaluate``) builds the same objects."""
 
 from __future__ import annotations
 
@@ -10,11 +11,11 @@ from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
 from reltrain.errors import UserError
 from reltrain.options import opt
 
+_MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
 
 @dataclass
 class PredictOptions:
-    checkpoint: str = opt(help="a .pt checkpoint, a run directory (its best checkpoint) or an "
-                               "exported folder")
+    checkpoint: str = opt(help=_MODEL)
     data: str | None = opt(None, ".csv or .jsonl (relation column optional); - reads standard "
                                  "input (JSON lines if its first row is an object, else CSV)",
                            positional=True)
@@ -60,3 +61,28 @@ class PredictOptions:
                             f"(--{flags} with {self.data})")
         if self.data is None and (self.text is None or self.head is None or self.tail is None):
             raise UserError("give a DATA file, or --text with --head and --tail")
+
+
+@dataclass
+class EvaluateOptions:
+    checkpoint: str = opt(help=_MODEL)
+    data: str = opt(help="labelled .csv or .jsonl")
+    output: str | None = opt(None, "also write the JSON here", kind=str, metavar="FILE")
+    predictions: str | None = opt(None, "also write every row with its gold and predicted "
+                                        "relation (JSON lines)", kind=str, metavar="FILE")
+    negative_label: str | None = opt(None, "the 'no relation' label for the positive figures "
+                                           "(default: the model's eval.negative_label: auto, "
+                                           "none or a label)", kind=str, metavar="NAME")
+    # --device, --runtime, --amp and --skip-bad-rows as predict takes them (cli._common)
+    device: str = "cpu"
+    runtime: str = "torch"
+    amp: str = "auto"
+    skip_bad_rows: bool = False
+    batch_size: int = 256
+
+    def __post_init__(self):
+        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
+        if self.batch_size < 1:
+            raise UserError(f"the batch size must be at least 1, not {self.batch_size}")
+        if self.negative_label is not None and not self.negative_label.strip():
+            raise UserError("--negative-label must be auto, none or a label, not empty")
