@@ -7,7 +7,7 @@ import logging
 import resource
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -88,8 +88,10 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     plan = ctx.agree(lambda: plan_batches(
         cfg.train, ctx.world_size, saved_global_batch(payload) if payload else None,
         payload["path"] if payload else ""))
-    # What runs is what config.yaml, the checkpoints and the summary say.
-    cfg.train.accum_steps, cfg.train.global_batch_size = plan.accum_steps, plan.global_batch
+    # What runs is what config.yaml, the checkpoints and the summary say: the config with the
+    # batch plan resolved (a new object; the validated one is left as it was).
+    cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
+                                     global_batch_size=plan.global_batch))
     if ctx.is_main:
         start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
         _describe(cfg, ctx, prepared, plan)
