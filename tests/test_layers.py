@@ -82,3 +82,25 @@ def test_one_module_is_rank_aware():
     users = _reaching(_imports(), ("torch.distributed",))
     assert set(users) == {"reltrain.distributed", "reltrain.launch"}, users
     assert all(n.startswith("torch.distributed.") for n in users["reltrain.launch"])  # torchrun
+
+
+# What the design review found too long and is not split yet (issue 33): nothing else may pass
+# the limits, and an entry that no longer does must leave this list.
+LONG_FUNCTIONS = {"reltrain/data/jieba_hmm.py:_cut"}  # the Viterbi loop, kept whole for speed
+LONG_FILES = {"reltrain/artifacts.py", "reltrain/config.py", "reltrain/data/preprocess.py",
+              "reltrain/data/readers.py", "reltrain/inference/server.py"}
+
+
+def test_no_function_over_60_lines_and_no_file_over_400_but_the_listed_ones():
+    long_functions, long_files = set(), set()
+    for path in ROOT.rglob("*.py"):
+        name = str(path.relative_to(ROOT.parent))
+        source = path.read_text(encoding="utf-8")
+        if len(source.splitlines()) > 400:
+            long_files.add(name)
+        for node in ast.walk(ast.parse(source)):
+            if (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                    and node.end_lineno - node.lineno + 1 > 60):
+                long_functions.add(f"{name}:{node.name}")
+    assert long_functions == LONG_FUNCTIONS
+    assert long_files == LONG_FILES

@@ -368,7 +368,7 @@ def _relative_hint(path: str) -> str:
 
 def validate_values(cfg: Config) -> None:
     """Range and choice checks that types alone cannot express (no file is looked at)."""
-    d, m, t, dist = cfg.data, cfg.model, cfg.train, cfg.dist
+    t = cfg.train
     # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
     cfg.log.progress = str(cfg.log.progress).lower()
     cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
@@ -376,6 +376,13 @@ def validate_values(cfg: Config) -> None:
     # ... and `off` as False: train.amp=off on the command line arrives as "False".
     if str(t.amp).lower() in ("false", "off"):
         t.amp = "off"
+    _check_data(cfg.data)
+    _check_model(cfg.model)
+    _check_train(t, cfg.eval)
+    _check_run(cfg)
+
+
+def _check_data(d: DataConfig) -> None:
     _check(d.language in ("zh", "en"), f"data.language must be zh or en, not '{d.language}'")
     _check(d.tokenizer in ("auto", "jieba", "char", "word"),
            f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")
@@ -388,6 +395,9 @@ def validate_values(cfg: Config) -> None:
     _check(d.max_len <= 1_000_000 and d.pos_limit <= 100_000,
            "data.max_len must be at most 1000000 and data.pos_limit at most 100000")
     _check(bool(d.train) or not (d.valid or d.test), "data.valid/data.test given without data.train")
+
+
+def _check_model(m: ModelConfig) -> None:
     c, r, f, lm = m.cnn, m.bilstm, m.transformer, m.lm
     _check(m.word_dim > 0 and m.pos_dim > 0 and c.num_filters > 0, "model sizes must be positive")
     _check(bool(c.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in c.kernel_sizes),
@@ -409,6 +419,9 @@ def validate_values(cfg: Config) -> None:
     _check(lm.markers in ("plain", "typed"), "model.lm.markers must be plain or typed")
     _check(lm.add_chars >= 0, "model.lm.add_chars must be >= 0")
     _check(m.name != "lm" or not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
+
+
+def _check_train(t: TrainConfig, evaluation: EvalConfig) -> None:
     _check(t.epochs >= 1, "train.epochs must be at least 1")
     _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
     _check(t.accum_steps >= 1, "train.accum_steps must be at least 1")
@@ -423,9 +436,14 @@ def validate_values(cfg: Config) -> None:
     _check(t.amp in AMP_SETTINGS, f"train.amp must be one of {', '.join(AMP_SETTINGS)}")
     _check(t.select_metric in SELECT_METRICS,
            f"train.select_metric must be one of {', '.join(SELECT_METRICS)}")
-    _check(bool(cfg.eval.negative_label.strip()), "eval.negative_label must be auto, none or a label")
+    _check(bool(evaluation.negative_label.strip()), "eval.negative_label must be auto, none or a label")
     _check(t.sparse_embeddings in SWITCH, "train.sparse_embeddings must be auto, true or false")
     _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
+
+
+def _check_run(cfg: Config) -> None:
+    """The options of how and where a run goes: processes, devices, logs, checkpoints."""
+    dist = cfg.dist
     _check(dist.strategy in ("auto", "single", "ddp", "dp"),
            "dist.strategy must be auto, single, ddp or dp")
     _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")

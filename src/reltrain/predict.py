@@ -31,7 +31,6 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     written in input order, so memory stays flat for a corpus of any size. ``--output`` is renamed
     into place at the end: an error or a stop (between chunks) leaves no half-written file."""
     from reltrain.config import DistConfig
-    from reltrain.logs import progress_enabled
 
     o = options or PredictOptions(checkpoint, data, text, head, tail, head_offset, tail_offset,
                                   output=output, **settings)
@@ -67,24 +66,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
             for _ in chunks:  # joins every round of the gather
                 pass
             return 0
-        from tqdm.auto import tqdm
-
-        written, bad = 0, 0
-        # The bar counts what is written, so under torchrun it covers every rank's rows.
-        with output_stream(output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
-                                                disable=not progress_enabled(o.progress, True)) as bar, \
-                stop.checked():  # between chunks
-            for chunk in chunks:
-                stop.check(_STOPPED)
-                out.write("".join(line + "\n" for line in chunk.lines))
-                out.flush()
-                written += len(chunk.lines)
-                bad += chunk.bad
-                bar.update(len(chunk.lines))
-        if bad:
-            log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
-                        "its place", bad, data)
-        return written
+        return _write(chunks, o, stop)
     except Exception:
         stop.check(_STOPPED)  # a collective broke: the other ranks stopped on the same signal
         raise
@@ -95,6 +77,31 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
 
 
 _STOPPED = "while predicting; the output is not complete"
+
+
+def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int:
+    """The chunks' lines to ``o.output`` (renamed into place at the end) or stdout, in order,
+    with a progress bar; returns how many lines were written."""
+    from tqdm.auto import tqdm
+
+    from reltrain.logs import progress_enabled
+
+    written, bad = 0, 0
+    # The bar counts what is written, so under torchrun it covers every rank's rows.
+    with output_stream(o.output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
+                                              disable=not progress_enabled(o.progress, True)) as bar, \
+            stop.checked():  # between chunks
+        for chunk in chunks:
+            stop.check(_STOPPED)
+            out.write("".join(line + "\n" for line in chunk.lines))
+            out.flush()
+            written += len(chunk.lines)
+            bad += chunk.bad
+            bar.update(len(chunk.lines))
+    if bad:
+        log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
+                    "its place", bad, o.data)
+    return written
 
 
 @dataclass

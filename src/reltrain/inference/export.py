@@ -167,13 +167,9 @@ def markdown_text(value: object) -> str:
     return _MARKDOWN.sub(r"\\\1", text)
 
 
-def model_card(config: dict, out: Path, onnx: bool = False) -> str:
-    """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
-    prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
-    negative = config["metrics"].get("negative_label")
-    best = config["metrics"]["best"] or {}
-    labels = [markdown_text(name) for name in config["label2id"]]
-    header = ["---", "library_name: reltrain", f"language: {prep['language']}",
+def _card_metadata(config: dict, out: Path, test: dict) -> list[str]:
+    """The card's YAML header: what a model hub indexes (task, language, test figures)."""
+    header = ["---", "library_name: reltrain", f"language: {config['preprocessing']['language']}",
               "pipeline_tag: text-classification", "tags:", "- relation-extraction",
               f"- {config['model_type']}", "metrics:", "- macro_f1", "- micro_f1"]
     if test:
@@ -182,9 +178,11 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
         header += [f"    - type: {k}\n      value: {test[k]:.4f}" for k in
                    ("positive_micro_f1", "positive_macro_f1", "macro_f1", "micro_f1",
                     "macro_precision", "macro_recall") if k in test]
-    header.append("---")
-    rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
-            for split, d in config["training_data"].items()]
+    return header + ["---"]
+
+
+def _card_scores(test: dict, negative: str | None) -> str:
+    """The test figures as a Markdown table, the positive ones first, and what they leave out."""
     shown = {"positive_micro_f1": "positive micro-F1", "positive_micro_precision": "positive P",
              "positive_micro_recall": "positive R", "positive_macro_f1": "positive macro-F1",
              "macro_f1": "macro-F1", "micro_f1": "micro-F1", "macro_precision": "macro-P",
@@ -197,6 +195,18 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
         scores += (f"\n\nThe positive figures leave out the negative relation, "
                    f"{markdown_text(negative)}, as TACRED's scorer does: predicting it is no "
                    f"answer, and a gold one is no item to find.")
+    return scores
+
+
+def model_card(config: dict, out: Path, onnx: bool = False) -> str:
+    """README.md: YAML metadata for model hubs, then what the model is and how to use it."""
+    prep, test = config["preprocessing"], (config["metrics"]["test"] or {})
+    best = config["metrics"]["best"] or {}
+    labels = [markdown_text(name) for name in config["label2id"]]
+    header = _card_metadata(config, out, test)
+    rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
+            for split, d in config["training_data"].items()]
+    scores = _card_scores(test, config["metrics"].get("negative_label"))
     chosen = (f"The checkpoint of epoch {best['epoch']}, chosen on validation {best['metric']} "
               f"({best['value']:.4f})." if best.get("metric") else "")
     return "\n".join(header) + f"""

@@ -56,19 +56,30 @@ class Metrics:
 def create_app(options: ServeOptions):
     """The FastAPI application for ``options`` (the model loads when the server starts), inside
     the middleware that gives every answer its request id and counts it."""
-    from contextlib import asynccontextmanager
-
-    from fastapi import Request
-    from fastapi.exceptions import RequestValidationError
-    from fastapi.responses import JSONResponse, Response
     from fastapi_offline import FastAPIOffline
-    from starlette.exceptions import HTTPException
 
-    # The app's state: "draining" is set by the first stop signal (/ready answers 503 from then on).
+    # The app's state: "draining" is set by the first stop signal (/ready answers 503 from then
+    # on); the predictor, the batcher and the model's description once the server has started.
     state: dict = {"draining": False}
     metrics = Metrics()
-    limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
+    in_flight: set = set()  # the tasks answering requests now
     _access_log_to_stderr(options.access_log)
+    app = FastAPIOffline(title="reltrain", lifespan=_lifespan(options, state, metrics, in_flight),
+                         docs_url="/docs", redoc_url=None)
+    _add_error_handlers(app)
+    if options.demo:
+        _add_demo(app)
+    _add_status(app, state, metrics)
+    _add_predict(app, state, options)
+    # Outside Starlette's own error middleware, so that its 500 carries the request id too.
+    return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight,
+                     state=state)
+
+
+def _lifespan(options: ServeOptions, state: dict, metrics, in_flight: set):
+    """Load the model and run the batcher while the server serves; at the end, let the requests
+    the drain timeout cut answer their 503, then stop the batcher."""
+    from contextlib import asynccontextmanager
 
     @asynccontextmanager
     async def lifespan(app):
@@ -99,33 +110,45 @@ def create_app(options: ServeOptions):
             task.cancel()
             batcher.pool.shutdown(wait=False, cancel_futures=True)
 
-    app = FastAPIOffline(title="reltrain", lifespan=lifespan, docs_url="/docs", redoc_url=None)
+    return lifespan
 
-    def error(status: int, message: str, field_name: str | None, headers=None) -> JSONResponse:
-        return JSONResponse({"error": message, "field": field_name}, status_code=status,
-                            headers=headers)
 
-    in_flight: set = set()
+def _error(status: int, message: str, field_name: str | None, headers=None):
+    """Every error the API gives: ``{"error": message, "field": field}``."""
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse({"error": message, "field": field_name}, status_code=status,
+                        headers=headers)
+
+
+def _add_error_handlers(app) -> None:
+    from fastapi.exceptions import RequestValidationError
+    from starlette.exceptions import HTTPException
 
     @app.exception_handler(HTTPException)
     async def http_error(request, exc):  # 404, 405 in the same JSON shape
-        return error(exc.status_code, str(exc.detail), None)
+        return _error(exc.status_code, str(exc.detail), None)
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc):
         first = exc.errors()[0] if exc.errors() else {}
-        return error(422, first.get("msg", "invalid request"),
-                     ".".join(str(p) for p in first.get("loc", ())[1:]) or None)
+        return _error(422, first.get("msg", "invalid request"),
+                      ".".join(str(p) for p in first.get("loc", ())[1:]) or None)
 
-    if options.demo:
-        from fastapi.responses import HTMLResponse
 
-        page = (Path(__file__).parents[1] / "pages" / "demo.html").read_text(encoding="utf-8")
+def _add_demo(app) -> None:
+    from fastapi.responses import HTMLResponse
 
-        @app.get("/", include_in_schema=False)
-        async def demo():
-            # The page may talk to this server only: no script, style or font from elsewhere.
-            return HTMLResponse(page, headers={"Content-Security-Policy": _DEMO_POLICY})
+    page = (Path(__file__).parents[1] / "pages" / "demo.html").read_text(encoding="utf-8")
+
+    @app.get("/", include_in_schema=False)
+    async def demo():
+        # The page may talk to this server only: no script, style or font from elsewhere.
+        return HTMLResponse(page, headers={"Content-Security-Policy": _DEMO_POLICY})
+
+
+def _add_status(app, state: dict, metrics) -> None:
+    from fastapi.responses import JSONResponse, Response
 
     @app.get("/health")
     async def health():
@@ -151,13 +174,20 @@ def create_app(options: ServeOptions):
 
         return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
+
+def _add_predict(app, state: dict, options: ServeOptions) -> None:
+    from fastapi import Request
+
+    limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
+
     @app.post("/predict", openapi_extra={"requestBody": {
         "required": True, "content": {"application/json": {"schema": REQUEST_SCHEMA}}}})
     async def predict(request: Request, top_k: int | None = None):
         """Relations for one example or a list; a sentence with entities gives every pair."""
         k = options.top_k if top_k is None else top_k
         if not 1 <= k <= len(state["predictor"].labels):
-            return error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}", "top_k")
+            return _error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}",
+                          "top_k")
         try:
             body = await _read_body(request, options.max_body_bytes, options.body_timeout_s)
             # A body of more than a few examples is parsed off the event loop.
@@ -170,18 +200,15 @@ def create_app(options: ServeOptions):
             results = await state["batcher"].predict(
                 records, k, lambda answers: group_results(groups, answers))
         except BadRequest as exc:
-            return error(exc.status, exc.message, exc.field)
+            return _error(exc.status, exc.message, exc.field)
         except Busy as exc:
-            return error(503, f"the server is busy ({exc}); retry later", None, {"Retry-After": "1"})
+            return _error(503, f"the server is busy ({exc}); retry later", None,
+                          {"Retry-After": "1"})
         except ItemFailed as exc:
-            return error(422, str(exc), "body")
+            return _error(422, str(exc), "body")
         except Unavailable as exc:
-            return error(503, f"the server cannot predict ({exc}); it is stopping", None)
+            return _error(503, f"the server cannot predict ({exc}); it is stopping", None)
         return results if parsed.many else results[0]
-
-    # Outside Starlette's own error middleware, so that its 500 carries the request id too.
-    return _Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight,
-                     state=state)
 
 
 _DEMO_POLICY = ("default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
