@@ -65,7 +65,7 @@ class Batcher:
     max_batch: int
     max_wait: float  # seconds
     max_queue: int
-    metrics: object = None  # reltrain.inference.server.Metrics, or None
+    metrics: object = None  # reltrain.inference.observe.Metrics, or None
     queue: asyncio.Queue = field(default_factory=asyncio.Queue)
     pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(1, "reltrain-model"))
     counts: dict = field(default_factory=lambda: {"requests": 0, "examples": 0, "batches": 0,
