@@ -12,7 +12,8 @@ import pytest
 
 from reltrain.config import load_config
 from reltrain.data import build
-from reltrain.data.preprocess import CACHE_FORMAT, Split, encode_records, prepare
+from reltrain.data.preprocess import CACHE_FORMAT, prepare
+from reltrain.data.split import Split, encode_records
 from reltrain.data.readers import read_labels, read_records
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab

@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, eval_batches
-from reltrain.data.preprocess import Split
+from reltrain.data.split import Split
 
 
 def make_split(lengths, heads, tails):

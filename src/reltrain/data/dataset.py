@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset, Sampler
 
-from reltrain.data.preprocess import Split
+from reltrain.data.split import Split
 
 
 @dataclass

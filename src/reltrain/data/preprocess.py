@@ -14,12 +14,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-
 from reltrain import children
 from reltrain.data.build import Spec
 from reltrain.data.readers import iter_records, read_labels
-from reltrain.data.schema import Record
+from reltrain.data.split import Split
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.errors import DataError, UserError
@@ -29,49 +27,6 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 4  # 2: pretrained encoders' added characters; 3: one folder of .npy per split;
 # 4: the data report (data/report.py) in meta.json
 SPLITS = ("train", "valid", "test")
-SPLIT_ARRAYS = {"token_ids": np.int32, "offsets": np.int64, "head": np.int32, "tail": np.int32,
-                "labels": np.int64}
-
-
-@dataclass
-class Split:
-    """One split as flat arrays: tokens of example i are ``token_ids[offsets[i]:offsets[i+1]]``."""
-
-    token_ids: np.ndarray  # (T,) int32
-    offsets: np.ndarray  # (N+1,) int64
-    head: np.ndarray  # (N, 2) int32 token span, end exclusive
-    tail: np.ndarray  # (N, 2) int32
-    labels: np.ndarray  # (N,) int64; -1 where the input had no relation
-    folder: Path | None = None  # the cache folder its arrays are mapped from
-
-    def __len__(self) -> int:
-        return len(self.labels)
-
-    @property
-    def lengths(self) -> np.ndarray:
-        return np.diff(self.offsets)
-
-    @classmethod
-    def load(cls, folder: Path, mapped: bool = True) -> "Split":
-        """The split's arrays, mapped from the files (read in place, shared by every process that
-        maps them) or read into memory; shapes and types that do not fit are a ValueError."""
-        arrays = {k: np.load(folder / f"{k}.npy", mmap_mode="r" if mapped else None,
-                             allow_pickle=False) for k in SPLIT_ARRAYS}
-        n = len(arrays["labels"])
-        fits = (arrays["offsets"].shape == (n + 1,) and arrays["head"].shape == (n, 2)
-                and arrays["tail"].shape == (n, 2) and arrays["token_ids"].ndim == 1
-                and n > 0 and int(arrays["offsets"][-1]) == len(arrays["token_ids"])
-                and all(arrays[k].dtype == t for k, t in SPLIT_ARRAYS.items()))
-        if not fits:
-            raise ValueError(f"{folder}: the arrays do not fit together")
-        return cls(**arrays, folder=folder if mapped else None)
-
-    def __reduce__(self):  # to a DataLoader worker: mapped arrays go by their folder, not a copy
-        if self.folder is not None:
-            return Split.load, (self.folder,)
-        return Split, (self.token_ids, self.offsets, self.head, self.tail, self.labels)
-
-
 @dataclass
 class Prepared:
     vocab: Vocab | None  # None for pretrained encoders, which bring their own (``lm``)
@@ -86,32 +41,6 @@ class Prepared:
     @property
     def vocab_size(self) -> int:
         return len(self.lm) if self.lm is not None else len(self.vocab)
-
-
-def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[str, int],
-                   max_len: int, progress: bool = False,
-                   desc: str = "tokenize") -> tuple[Split, list[list], int]:
-    """Tokenize and index records; ``to_ids`` None: ids later, once a vocabulary exists."""
-    from tqdm.auto import tqdm
-
-    all_tokens, heads, tails, truncated = [], [], [], 0
-    for rec in tqdm(records, desc=desc, disable=not progress, unit="sent", leave=False):
-        tok = tokenize(rec, max_len)
-        all_tokens.append(tok.tokens)
-        heads.append(tok.head)
-        tails.append(tok.tail)
-        truncated += tok.truncated
-    lengths = np.array([len(t) for t in all_tokens], dtype=np.int64)
-    ids = [] if to_ids is None else [i for toks in all_tokens for i in to_ids(toks)]
-    split = Split(
-        token_ids=np.asarray(ids, dtype=np.int32),
-        offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        head=np.asarray(heads, dtype=np.int32).reshape(-1, 2),
-        tail=np.asarray(tails, dtype=np.int32).reshape(-1, 2),
-        labels=np.asarray([label_index.get(r.relation, -1) if r.relation is not None else -1
-                           for r in records], dtype=np.int64),
-    )
-    return split, all_tokens, truncated
 
 
 def cache_key(data_cfg, tokenizer_id: str) -> str:

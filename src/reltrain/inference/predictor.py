@@ -15,7 +15,7 @@ from reltrain.artifacts import (Artifact, build_checked_model, is_exported, load
 from reltrain.config import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
-from reltrain.data.preprocess import Split, encode_records
+from reltrain.data.split import Split, encode_records
 from reltrain.data.schema import Entity, EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.precision import FP32, Precision
