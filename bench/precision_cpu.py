@@ -47,7 +47,7 @@ def main() -> None:
             raise SystemExit("this CPU has no bf16 arithmetic: the bf16 MiniLM recipe would take "
                              "hours (--force to run it anyway)")
         encoders.append(("lm", ["model.name=lm", f"model.lm.pretrained={minilm_dir()}",
-                                "model.dropout=0.1", "train.epochs=5", "train.batch_size=32",
+                                "model.lm.dropout=0.1", "train.epochs=5", "train.batch_size=32",
                                 "train.lr=1e-3", "train.encoder_lr=1e-4"]))
     print(f"{'encoder':<8}{'amp':<6}{'seed':>5}{'train sent/s':>14}{'valid sent/s':>14}"
           f"{'test sent/s':>13}{'test macro-F1':>15}")

@@ -145,9 +145,9 @@ def tiny_bert(tmp_path_factory) -> str:
     return make_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
-SMALL_ENCODERS = {"cnn": ["model.num_filters=32"],
-                  "bilstm": ["model.rnn_hidden=32", "model.rnn_layers=1"],
-                  "transformer": ["model.tf_dim=32", "model.tf_layers=1", "model.tf_ff=64"]}
+SMALL_ENCODERS = {"cnn": ["model.cnn.num_filters=32"],
+                  "bilstm": ["model.bilstm.hidden=32", "model.bilstm.layers=1"],
+                  "transformer": ["model.transformer.dim=32", "model.transformer.layers=1", "model.transformer.ff=64"]}
 
 
 def encoder_args(name: str, tiny_bert: str) -> list[str]:
@@ -155,6 +155,6 @@ def encoder_args(name: str, tiny_bert: str) -> list[str]:
     if name == "lm":
         # fp32 pinned: train.amp=auto picks bf16 for a pretrained encoder on a CPU with bf16
         # arithmetic, and the tests compare numbers that must not depend on the machine.
-        return ["model.name=lm", f"model.pretrained={tiny_bert}", "train.encoder_lr=1e-3",
+        return ["model.name=lm", f"model.lm.pretrained={tiny_bert}", "train.encoder_lr=1e-3",
                 "train.amp=off"]
     return [f"model.name={name}", *SMALL_ENCODERS[name]]

@@ -157,8 +157,8 @@ def tampered_checkpoints(trained) -> dict:
          "model sizes must be at most")
     case("a negative width", cnn, lambda p: p["config"]["model"]["cnn"].update(num_filters=-5),
          "model sizes must be positive")
-    case("a width by both its names", cnn, lambda p: p["config"]["model"].update(num_filters=-5),
-         "the same option")
+    case("a width by its pre-release name", cnn, lambda p: p["config"]["model"].update(num_filters=5),
+         "unknown key 'model.num_filters'")
     case("an unknown model type", cnn, lambda p: p["config"]["model"].update(name="evil"),
          "unknown model.name")
     case("an unknown config key", cnn, lambda p: p["config"]["model"].update(evil=1),

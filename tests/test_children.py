@@ -154,7 +154,7 @@ def test_no_process_of_a_run_is_forked_after_torch_is_imported(small_en, tmp_pat
     # children (curves during the run, the confusion matrix at the end), DataLoader workers.
     reltrain("train", "devices=2", *data_overrides(small_en), "train.epochs=2", "log.plots=true",
              "data.num_workers=1",
-             "log.progress=false", "model.num_filters=16", f"data.cache_dir={tmp_path / 'c'}",
+             "log.progress=false", "model.cnn.num_filters=16", f"data.cache_dir={tmp_path / 'c'}",
              f"output_dir={run}")
     assert (run / "plots" / "confusion_test.png").is_file()
     reltrain("predict", str(run / "checkpoints" / "best.pt"), small_en["test"], "--workers", "2",

@@ -106,7 +106,7 @@ def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
     data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
     out = tmp_path / "run"
     args = [f"data.{k}={data}" for k in ("train", "valid", "test")]
-    lm = [*args, *BASE, "train.batch_size=2", "model.name=lm", f"model.pretrained={tiny_bert}",
+    lm = [*args, *BASE, "train.batch_size=2", "model.name=lm", f"model.lm.pretrained={tiny_bert}",
           f"output_dir={out}"]
     assert main(["train", *lm, "train.epochs=1"]) == 0
     assert main(["train", *lm, "train.epochs=2"]) == 0  # resumes: same added tokens, same table
@@ -126,7 +126,7 @@ def test_lm_added_tokens_under_two_process_ddp(tiny_bert, tmp_path):
     data = write_csv(tmp_path / "zh.csv", ZH_ROWS)
     ok(torchrun(2, "-m", "reltrain", "train", *(f"data.{k}={data}" for k in ("train", "valid", "test")),
                 *BASE, "train.batch_size=1", "train.epochs=1", "model.name=lm",
-                f"model.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"))
+                f"model.lm.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"))
     ckpt = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
     assert "是" in ckpt["lm"]["added"] and "added.weight" in ckpt["model"]
 
@@ -188,5 +188,5 @@ def test_lm_stored_in_fp16_trains_in_fp32(tiny_bert, tmp_path):
     out = tmp_path / "run"
     assert main(["train", *[f"data.{k}={data}" for k in ("train", "valid")], *BASE,
                  "train.batch_size=2", "train.epochs=1", "model.name=lm",
-                 f"model.pretrained={half}", f"output_dir={out}"]) == 0
+                 f"model.lm.pretrained={half}", f"output_dir={out}"]) == 0
     assert all(p.dtype == torch.float32 for p in reltrain.load(out / "checkpoints/best.pt").model.parameters())

@@ -80,7 +80,7 @@ def assert_same_training(a: Path, b: Path) -> None:
 
 @pytest.fixture(scope="module")
 def cnn_runs(data, tmp_path_factory) -> dict:
-    return split_runs(tmp_path_factory.mktemp("cnn"), data, "train.epochs=3", "model.num_filters=32")
+    return split_runs(tmp_path_factory.mktemp("cnn"), data, "train.epochs=3", "model.cnn.num_filters=32")
 
 
 def test_every_split_of_the_global_batch_trains_the_same_cnn(cnn_runs):
@@ -116,7 +116,7 @@ def test_a_run_killed_on_two_processes_resumes_exactly_on_one(cnn_runs, data, tm
     script = tmp_path / "killing.py"
     script.write_text(INTERRUPTING)
     out = tmp_path / "run"
-    args = [*data, *BASE, "train.epochs=3", "model.num_filters=32", "train.batch_size=16",
+    args = [*data, *BASE, "train.epochs=3", "model.cnn.num_filters=32", "train.batch_size=16",
             "ckpt.every_steps=3", f"output_dir={out}"]
     killed = torchrun(2, str(script), *args, extra_env={"AT_STEP": "7"})
     assert killed.returncode != 0

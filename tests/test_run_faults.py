@@ -22,7 +22,7 @@ from conftest import SCRATCH, WORKER_ENV, cli_error, data_overrides, ok, run, ru
 
 pytestmark = pytest.mark.slow
 
-BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.num_filters=32"]
+BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.cnn.num_filters=32"]
 
 
 # A shell starts a foreground job with the stop signals at their defaults, even where the suite

@@ -130,7 +130,7 @@ def test_skip_bad_rows_trains_and_reports(small_en, tmp_path, capsys):
 def test_config_errors_and_help(capsys):
     assert user_error(run_cli("train", "train.epochs=abc")).startswith("reltrain: error: bad option")
     assert "train.nope" in user_error(run_cli("train", "train.nope=1"))
-    assert "model.cnn.kernel_sizes must be odd" in user_error(run_cli("train", "model.kernel_sizes=[2,4]"))
+    assert "model.cnn.kernel_sizes must be odd" in user_error(run_cli("train", "model.cnn.kernel_sizes=[2,4]"))
     assert "device must be" in user_error(run_cli("train", "device=tpu"))
     with pytest.raises(SystemExit):
         main(["train", "--help"])
@@ -156,7 +156,7 @@ def test_shipped_configs_load(tmp_path):
     for path in sorted((root / "configs").glob("*.yaml")):
         if "deepke-zh" in path.name and not (root.parent / "shared" / "data" / "deepke-zh").is_dir():
             continue
-        overrides = [f"model.pretrained={tmp_path}"] if "lm" in path.name or "minilm" in path.name else []
+        overrides = [f"model.lm.pretrained={tmp_path}"] if "lm" in path.name or "minilm" in path.name else []
         cwd = Path.cwd()
         try:
             os.chdir(root)  # recipes use paths relative to the repository root
@@ -250,7 +250,7 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
     args = [*data_overrides(small_en), "train.epochs=1", "log.progress=false", "log.plots=false"]
     run_train(load_config(None, [*args, f"output_dir={tmp_path / 'a'}"]))
     run_train(load_config(None, [*args, f"output_dir={tmp_path / 'b'}", "model.name=lm",
-                                 f"model.pretrained={tiny_bert}"]))
+                                 f"model.lm.pretrained={tiny_bert}"]))
     first, second = ((tmp_path / d / "train.log").read_text() for d in "ab")
     assert first.count("epoch 1/1") == 1 and "tokenizer lm" not in first  # run b stayed out
     assert "tokenizer lm" in second and "epoch 1/1" in second
@@ -357,7 +357,7 @@ def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
 
 def test_max_len_beyond_the_pretrained_positions_is_one_line(small_en, tiny_bert, capsys):
     line = cli_error(capsys, "train", *data_overrides(small_en), "model.name=lm",
-                     f"model.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false",
+                     f"model.lm.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false",
                      "log.plots=false")
     assert "data.max_len=300 is more than the 256 positions" in line
 

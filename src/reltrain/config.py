@@ -100,36 +100,6 @@ class ModelConfig:
     lm: LMConfig = field(default_factory=LMConfig)
 
 
-# The flat model keys of reltrain before the per-encoder sections, still accepted everywhere (a
-# file, key=value, an older checkpoint or exported folder).
-FLAT_MODEL_KEYS = {
-    "kernel_sizes": "cnn", "num_filters": "cnn", "activation": "cnn",
-    "rnn_hidden": "bilstm.hidden", "rnn_layers": "bilstm.layers", "pooling": "bilstm",
-    "tf_dim": "transformer.dim", "tf_layers": "transformer.layers",
-    "tf_heads": "transformer.heads", "tf_ff": "transformer.ff",
-    "tf_positions": "transformer.positions", "tf_dropout": "transformer.dropout",
-    "pretrained": "lm", "lm_pooling": "lm.pooling", "lm_markers": "lm.markers",
-    "lm_add_chars": "lm.add_chars",
-}
-
-
-def nest_model_keys(model: dict) -> dict:
-    """A ``model`` mapping with the flat keys moved into their sections (one given both ways is
-    an error). ``dropout`` with ``name: lm`` was the pretrained encoder's: it goes to ``lm``."""
-    out = {k: dict(v) if isinstance(v, dict) else v for k, v in model.items()
-           if k not in FLAT_MODEL_KEYS}
-    moved = [(place, key) for key, place in FLAT_MODEL_KEYS.items() if key in model]
-    if out.get("name") == "lm" and "dropout" in out:
-        moved.append(("lm", "dropout"))
-    for place, key in moved:
-        section, _, name = place.partition(".")
-        if isinstance(out.setdefault(section, {}), dict):
-            if out[section].setdefault(name or key, model[key]) != model[key] and key != "dropout":
-                raise UserError(f"model.{key} and model.{section}.{name or key} are the same "
-                                f"option (the first its older name): give one")
-    return out
-
-
 @dataclass
 class TrainConfig:
     epochs: int = _opt(10, "passes over the training data")
@@ -215,8 +185,6 @@ METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy"
            "positive_macro_f1")
 SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1", "loss")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
-# Keys older versions wrote into checkpoints and this one no longer has (ignored on load).
-_REMOVED_KEYS = {"dist": ("cpu_allreduce",)}
 
 
 def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] = ()) -> Config:
@@ -229,15 +197,8 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
     sources = [read_config_file(path)] if path else []
     sources.append(parse_overrides(overrides))
     try:
-        models = [src["model"] for src in sources if isinstance(src.get("model"), dict)]
-        name = next((m["name"] for m in reversed(models) if "name" in m), ModelConfig.name)
         merged = OmegaConf.structured(Config)
         for src in sources:
-            if isinstance(src.get("model"), dict):
-                given = nest_model_keys({"name": name, **src["model"]})
-                if "name" not in src["model"]:
-                    del given["name"]
-                src["model"] = given
             merged = OmegaConf.merge(merged, src)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
@@ -253,8 +214,6 @@ def config_from_dict(data: object, where: str = "checkpoint") -> Config:
     values, no interpolation, unknown keys refused, missing ones defaulted, ranges checked."""
     if not isinstance(data, dict):
         raise UserError(f"{where}: its config is not a mapping")
-    if isinstance(data.get("model"), dict):
-        data = {**data, "model": nest_model_keys(data["model"])}
     try:
         cfg = _typed_dataclass(Config, data, "")
         validate_values(cfg)
@@ -272,9 +231,8 @@ def _typed_dataclass(cls, data: dict, prefix: str):
 
     hints = typing.get_type_hints(cls)
     known = {f.name for f in dataclasses.fields(cls)}
-    removed = _REMOVED_KEYS.get(prefix.rstrip("."), ())
     for key in data:
-        if key not in known and key not in removed:
+        if key not in known:
             raise UserError(f"unknown key '{prefix}{str(key)[:80]}'")
     values = {}
     for name in known & set(data):

@@ -93,8 +93,8 @@ def _check_resumable(payload: dict, path: Path) -> Artifact:
         and all(_rank_state(r) for r in ranks),
         "its optimizer and schedule": all(isinstance(payload.get(k), dict)
                                           for k in ("optimizer", "scheduler")),
-        "its world size and global batch": _count(payload.get("world_size", 1), 1)
-        and _count(payload.get("global_batch_size", 1), 1),
+        "its world size and global batch": _count(payload.get("world_size"), 1)
+        and _count(payload.get("global_batch_size"), 1),
     }
     wrong = [what for what, fine in problems.items() if not fine]
     if wrong:
@@ -212,12 +212,8 @@ def describe_resume(payload: dict, ctx: D.DistContext) -> None:
 
 
 def saved_global_batch(payload: dict) -> int:
-    """The global batch a checkpoint trained with (older ones: world size x batch size)."""
-    if payload.get("global_batch_size"):
-        return int(payload["global_batch_size"])
-    train = payload.get("config", {}).get("train", {})
-    return int(payload.get("world_size", 1)) * int(train.get("batch_size", 1)) * int(
-        train.get("accum_steps", 1))
+    """The global batch a checkpoint trained with (checked present by ``_check_resumable``)."""
+    return int(payload["global_batch_size"])
 
 
 def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> dict | None:
