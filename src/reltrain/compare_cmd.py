@@ -29,7 +29,7 @@ class CompareOptions:
                 raise UserError(f"{run}: not a finished run directory (no summary.json)")
 
 
-def _read_json(path: Path) -> dict:
+def read_json(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE + 1)
@@ -41,7 +41,7 @@ def _read_json(path: Path) -> dict:
     return value
 
 
-def _config(run: Path) -> dict:
+def run_config(run: Path) -> dict:
     from reltrain.config_files import read_config_file
 
     path = run / "config.yaml"
@@ -67,8 +67,8 @@ def config_differences(configs: list[dict]) -> dict:
 
 def compare_runs(runs: list[str]) -> dict:
     """The comparison as plain data (what ``--json`` prints)."""
-    summaries = [_read_json(Path(run) / "summary.json") for run in runs]
-    configs = [_config(Path(run)) for run in runs]
+    summaries = [read_json(Path(run) / "summary.json") for run in runs]
+    configs = [run_config(Path(run)) for run in runs]
     tests = [s.get("test") if isinstance(s.get("test"), dict) else {} for s in summaries]
     relations = list(dict.fromkeys(name for t in tests for name in (t.get("per_class") or {})))
     differ = config_differences(configs)

@@ -5,7 +5,9 @@ value reaches the page as JSON and is shown by the page's script as text, never 
 
 from __future__ import annotations
 
+import heapq
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,21 +34,22 @@ class ReportOptions:
             raise UserError("--output must name the page to write")
 
 
-def _jsonl(path: Path, limit: int) -> list[dict]:
-    rows = []
+def _jsonl(path: Path, limit: int) -> Iterator[dict]:
+    """The first ``limit`` objects of a JSON-lines file, one at a time."""
     if not path.is_file():
-        return rows
+        return
+    kept = 0
     with open(path, "rb") as f:
         for raw in f:
-            if len(rows) >= limit or len(raw) > MAX_LINE:
+            if kept >= limit or len(raw) > MAX_LINE:
                 break
             try:
                 row = json.loads(raw.decode("utf-8"))
             except (ValueError, RecursionError):
                 continue  # a damaged line: the run's own readers say so
             if isinstance(row, dict):
-                rows.append(row)
-    return rows
+                kept += 1
+                yield row
 
 
 def _curves(history: list[dict]) -> list[dict]:
@@ -60,36 +63,42 @@ def _curves(history: list[dict]) -> list[dict]:
 
 
 def _answers(run: Path) -> dict:
-    """The confusion counts of the test rows and the most confident mistakes (their text)."""
-    rows = _jsonl(run / "test_predictions.jsonl", MAX_ROWS)
+    """The confusion counts of the test rows and the most confident mistakes (their text), read
+    a row at a time: only ``SHOWN_MISTAKES`` rows are held, however many the test set has."""
     counts: dict = {}
-    wrong = []
-    for i, row in enumerate(rows):
+    kept: list = []  # (score, -row, row, answer): a min-heap of the most confident mistakes
+    rows = wrong = 0
+    for i, row in enumerate(_jsonl(run / "test_predictions.jsonl", MAX_ROWS)):
+        rows += 1
         gold, guess = row.get("gold"), row.get("relation")
         if not isinstance(gold, str) or not isinstance(guess, str):
             continue
         counts[f"{gold}\t{guess}"] = counts.get(f"{gold}\t{guess}", 0) + 1
         if gold != guess:
-            wrong.append((-float(row.get("score") or 0), i, row))
-    wrong.sort(key=lambda item: item[:2])
+            wrong += 1
+            item = (float(row.get("score") or 0), -i, i, row)
+            if len(kept) < SHOWN_MISTAKES:
+                heapq.heappush(kept, item)
+            elif item[:2] > kept[0][:2]:
+                heapq.heapreplace(kept, item)
     shown = [{"row": i, "text": r.get("text"), "head": r.get("head"), "tail": r.get("tail"),
               "gold": r.get("gold"), "relation": r.get("relation"), "score": r.get("score"),
               "gold_score": next((k.get("score") for k in r.get("top_k") or []
                                   if isinstance(k, dict) and k.get("relation") == r.get("gold")), None)}
-             for _, i, r in wrong[:SHOWN_MISTAKES]]
-    return {"rows": len(rows), "confusion": counts, "mistakes": shown, "wrong": len(wrong)}
+             for _, _, i, r in sorted(kept, key=lambda item: (-item[0], item[2]))]
+    return {"rows": rows, "confusion": counts, "mistakes": shown, "wrong": wrong}
 
 
 def report_data(runs: list[str]) -> dict:
     """What the page shows, as plain data; each run's files are read once."""
-    from reltrain.compare_cmd import _read_json, config_differences
+    from reltrain.compare_cmd import config_differences, read_json
 
-    configs = [_config(Path(run)) for run in runs]
+    configs = [_flat_config(Path(run)) for run in runs]
     data = {"runs": [], "config_differences": config_differences(configs) if len(runs) > 1 else {}}
     for run, config in zip(runs, configs):
         path = Path(run)
-        summary = _read_json(path / "summary.json")
-        history = _jsonl(path / "metrics.jsonl", 100_000)
+        summary = read_json(path / "summary.json")
+        history = list(_jsonl(path / "metrics.jsonl", 100_000))
         test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
         best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
         data["runs"].append({
@@ -109,12 +118,12 @@ def report_data(runs: list[str]) -> dict:
     return data
 
 
-def _config(run: Path) -> dict:
+def _flat_config(run: Path) -> dict:
     """The run's options, flat; none if its config.yaml cannot be read (the page goes on)."""
-    from reltrain.compare_cmd import _config as flat_config
+    from reltrain.compare_cmd import run_config
 
     try:
-        return flat_config(run)
+        return run_config(run)
     except UserError:
         return {}
 
