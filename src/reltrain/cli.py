@@ -8,7 +8,7 @@ import sys
 from contextlib import contextmanager
 
 from reltrain.command_options import EvaluateOptions, PredictOptions
-from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH
+from reltrain.config import AMP_SETTINGS, RUNTIMES
 from reltrain.errors import Preempted, UserError
 from reltrain.inference.serve_options import ServeOptions
 from reltrain.options import add_to, from_args

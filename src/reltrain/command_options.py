@@ -13,6 +13,7 @@ from reltrain.options import opt
 
 _MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
 
+
 @dataclass
 class PredictOptions:
     checkpoint: str = opt(help=_MODEL)

@@ -25,31 +25,29 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
     ``predictions``, also every row's answer as a run's ``test_predictions.jsonl``;
     ``negative_label``, as ``eval.negative_label``, default the model's own setting)."""
     o = options or EvaluateOptions(checkpoint, data, **settings)
-    checkpoint, data, output, predictions = o.checkpoint, o.data, o.output, o.predictions
-    device, runtime, amp, negative_label = o.device, o.runtime, o.amp, o.negative_label
-    batch_size, skip_bad_rows = o.batch_size, o.skip_bad_rows
-    check_output(output, (data, checkpoint))
-    check_output(predictions, (data, checkpoint))
-    ctx = D.setup(device, DistConfig())
+    check_output(o.output, (o.data, o.checkpoint))
+    check_output(o.predictions, (o.data, o.checkpoint))
+    ctx = D.setup(o.device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=runtime, amp=amp)
+        predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,
+                                              amp=o.amp)
         if ctx.is_main:
             log.info(predictor.precision.describe())
-        result = read_records(data, predictor.labels, skip_bad_rows=skip_bad_rows)
+        result = read_records(o.data, predictor.labels, skip_bad_rows=o.skip_bad_rows)
         if ctx.is_main:
             warn_misfit(predictor, result.records)
-        setting = negative_label or predictor.config.eval.negative_label
+        setting = o.negative_label or predictor.config.eval.negative_label
         negative = negative_index(setting, predictor.labels)
-        metrics, probs = evaluate(predictor.model, predictor.dataset(result.records), batch_size,
+        metrics, probs = evaluate(predictor.model, predictor.dataset(result.records), o.batch_size,
                                   predictor.labels, ctx, precision=predictor.precision,
                                   negative=negative)
-        if predictions and ctx.is_main:
-            write_predictions(predictions, result.records, probs, predictor.labels)
+        if o.predictions and ctx.is_main:
+            write_predictions(o.predictions, result.records, probs, predictor.labels)
         metrics["skipped_rows"] = len(result.skipped)
         if ctx.is_main:
             text = json.dumps(metrics, indent=2, ensure_ascii=False)
-            if output:
-                write_output(output, text + "\n")
+            if o.output:
+                write_output(o.output, text + "\n")
             print(text, flush=True)
         return metrics
     finally:

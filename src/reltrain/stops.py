@@ -1,7 +1,8 @@
 """Stop signals become a flag; the run checks it at named points (``check``, the step vote, the
 waits in ``children``, the predict loop) and stops there. The ``StopRequest`` is the one channel:
-a command installs it and passes it (or its ``check``) to the work that stops. The handler never raises, so no
-exception appears inside an import, a lock or a finalizer; a second signal acts as Python's own.
+a command installs it and passes it (or its ``check``) to the work that stops. The handler never
+raises, so no exception appears inside an import, a lock or a finalizer; a second signal acts as
+Python's own.
 Work with no stop point near (reading a config or a data file, building or loading a model)
 gets ``GRACE_S`` seconds after the signal, then the process ends with one line: a single SIGTERM
 (``timeout``, a scheduler) always ends reltrain, also where no check point is reached."""

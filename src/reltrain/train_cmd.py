@@ -17,7 +17,7 @@ from reltrain import children
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
-from reltrain.data.preprocess import Prepared, prepare_run, token_identity
+from reltrain.data.preprocess import PREPROCESSING, Prepared, prepare_run, token_identity
 from reltrain.data.readers import read_records
 from reltrain.data.report import report_lines
 from reltrain.inference.predictor import write_predictions
@@ -70,7 +70,6 @@ def run_train(cfg: Config) -> dict:
 
 
 _OUTSIDE = "before training or after it; nothing new to save"
-_PREPROCESSING = "while preprocessing; nothing to save"
 
 
 def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) -> dict:
@@ -79,7 +78,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     seed_everything(cfg.train.seed)
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
-        prepared = prepare_run(cfg, progress, lambda: stop.check(_PREPROCESSING))
+        prepared = prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING))
     stop.check(_OUTSIDE)
     negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
     identity = {**token_identity(prepared), "labels": prepared.labels,

@@ -235,6 +235,9 @@ def _load_cached(path: Path) -> Prepared | None:
     return None
 
 
+PREPROCESSING = "while preprocessing; nothing to save"  # the stop point's name in messages
+
+
 def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
     lm = cfg.model.name == "lm"

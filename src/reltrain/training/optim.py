@@ -72,7 +72,8 @@ def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = N
 
 
 def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn.Embedding | None, str]:
-    """The word embedding to update sparsely (None: all dense) and why, for the log.
+    """The word embedding to update sparsely, set to give sparse gradients (None: all dense),
+    and why, for the log.
 
     Adam touches every row of the embedding at every step, used or not, so a step's cost grows
     with the vocabulary; SparseAdam updates the rows the step used. NCCL has no sparse all-reduce,
@@ -106,13 +107,15 @@ def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn
 def clip_gradients(params, max_norm: float) -> None:
     """``clip_grad_norm_`` over dense and sparse gradients alike: a sparse one is coalesced
     first (its repeated rows summed), so its norm is that of the dense gradient it stands for."""
-    params = [p for p in params if p.grad is not None]
-    dense = [p for p in params if not p.grad.is_sparse]
-    sparse = []
+    dense, sparse = [], []
     for p in params:
+        if p.grad is None:
+            continue
         if p.grad.is_sparse:
             p.grad = p.grad.coalesce()
             sparse.append(p.grad._values())
+        else:
+            dense.append(p)
     total = nn.utils.get_total_norm([p.grad for p in dense] + sparse)
     nn.utils.clip_grads_with_norm_(dense, max_norm, total)
     if sparse:
