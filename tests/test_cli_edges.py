@@ -175,3 +175,13 @@ def test_predicts_flags_are_its_options_dataclass_defined_once():
                         (["m", "d.csv", "--devices", "-1"], "--devices must be >= 0")):
         with pytest.raises(UserError, match=re.escape(words)):
             from_args(PredictOptions, parser.parse_args(argv))
+
+
+def test_evaluates_options_refuse_an_empty_negative_label_and_a_bad_runtime():
+    from reltrain.command_options import EvaluateOptions
+    from reltrain.errors import UserError
+
+    with pytest.raises(UserError, match="--negative-label must be auto, none or a label"):
+        EvaluateOptions("m", "d.csv", negative_label=" ")
+    with pytest.raises(UserError, match="--runtime must be one of torch, onnx"):
+        EvaluateOptions("m", "d.csv", runtime="tensorrt")

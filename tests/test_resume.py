@@ -190,6 +190,8 @@ def _tampered(payload: dict, how: str) -> None:
         "optimizer missing": lambda: payload.pop("optimizer"),
         "world size zero": lambda: payload.update(world_size=0),
         "optimizer of another model": lambda: payload["optimizer"]["param_groups"][0].update(params=[0]),
+        "global batch missing": lambda: payload.pop("global_batch_size"),
+        "sparse optimizer state missing": lambda: payload["optimizer"].pop("sparse"),
     }
     changes[how]()
 
@@ -198,7 +200,8 @@ def _tampered(payload: dict, how: str) -> None:
                                  "best of an unknown metric", "no rank states",
                                  "python RNG cut short", "numpy RNG keys a list",
                                  "torch RNG of floats", "progress a string", "optimizer missing",
-                                 "world size zero", "optimizer of another model"])
+                                 "world size zero", "optimizer of another model",
+                                 "global batch missing", "sparse optimizer state missing"])
 def test_a_tampered_training_state_is_one_line(reference, small_en, tmp_path, capsys, how):
     """resume=PATH may name a stranger's file: every field a restore reads is checked first."""
     payload = torch.load(reference / "checkpoints/last.pt", weights_only=True)

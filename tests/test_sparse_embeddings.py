@@ -97,6 +97,14 @@ def test_the_schedule_sets_one_learning_rate_for_both():
     assert opt.sparse.param_groups[0]["lr"] == opt.dense.param_groups[0]["lr"] < 0.1
 
 
+def test_a_bad_setting_is_one_line():
+    from reltrain.config import load_config
+    from reltrain.errors import UserError
+
+    with pytest.raises(UserError, match="train.sparse_embeddings must be auto, true or false"):
+        load_config(None, ["train.sparse_embeddings=sometimes"])
+
+
 def test_where_sparse_updates_cannot_apply():
     cfg = SimpleNamespace(lr=0.1, weight_decay=0.01)
     cpu = SimpleNamespace(device=torch.device("cpu"), world_size=1, backend=None)
