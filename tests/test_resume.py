@@ -11,10 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from reltrain.artifacts import load_checkpoint
+from reltrain.checkpoint_format import Checkpoint, load_checkpoint, save_checkpoint
 from reltrain.cli import main
 from reltrain.errors import UserError
-from reltrain.training import checkpoint as ckpt_mod
 
 from conftest import cli_error, data_overrides, run, torchrun as torchrun_n
 
@@ -73,6 +72,21 @@ def test_stop_and_resume_equals_one_go(reference, small_en, tmp_path):
     assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=1", f"output_dir={out}"]) == 0
     assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=3", f"output_dir={out}"]) == 0
     assert_same_run(reference, out)
+
+
+def test_a_run_without_a_validation_split_resumes_too(small_en, tmp_path, capsys):
+    """Its best epoch is the latest, with no metric: a state the checkpoint check once refused, so
+    such a run started afresh instead of resuming."""
+    files = {k: v for k, v in small_en.items() if k != "valid"}
+    out = tmp_path / "run"
+    args = ["train", *data_overrides(files), *BASE, f"output_dir={out}"]
+    assert main([*args, "train.epochs=1"]) == 0
+    capsys.readouterr()
+    assert main([*args, "train.epochs=2"]) == 0
+    err = capsys.readouterr().err
+    assert "resuming from" in err and "afresh" not in err
+    history = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["epoch"] for r in history] == [1, 2]
 
 
 def test_a_resumed_runs_weights_are_in_the_model_before_it_is_wrapped(small_en, tmp_path, monkeypatch):
@@ -235,7 +249,7 @@ def test_unwritable_output_dir(small_en, tmp_path):
 
 def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
-    ckpt_mod.save_checkpoint(path, {"model": {"w": torch.ones(3)}})
+    save_checkpoint(path, Checkpoint({}, [], {"w": torch.ones(3)}))
     before = path.read_bytes()
 
     def full_disk(obj, f, *a, **k):
@@ -244,6 +258,6 @@ def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
 
     monkeypatch.setattr(torch, "save", full_disk)
     with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device"):
-        ckpt_mod.save_checkpoint(path, {"model": {"w": torch.zeros(3)}})
+        save_checkpoint(path, Checkpoint({}, [], {"w": torch.zeros(3)}))
     assert path.read_bytes() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary left behind

@@ -5,17 +5,15 @@ it, raised before anything is allocated from its sizes."""
 from __future__ import annotations
 
 import json
-import math
 import os
-import pickle
 import stat
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from reltrain.config import METRICS, Config, config_from_dict
+from reltrain.checkpoint_format import Checkpoint, best_metric, load_checkpoint, metric_values
+from reltrain.config import Config, config_from_dict
 from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.errors import UserError, first_line
 
@@ -52,17 +50,18 @@ class Artifact:
     data_rows: dict | None  # rows per split the model trained on
 
     @classmethod
-    def from_payload(cls, payload: object, where: str) -> "Artifact":
+    def from_checkpoint(cls, ck: Checkpoint, where: str) -> "Artifact":
+        return cls.checked(where, config=ck.config, labels=ck.labels, weights=ck.model,
+                           vocab=ck.vocab, lm=ck.lm, hf_config=ck.hf_config, best=ck.best(),
+                           test=None, data_rows=ck.data_rows)
+
+    @classmethod
+    def checked(cls, where: str, *, config: object, labels: object, weights: object,
+                vocab: object, lm: object, hf_config: object, best: object, test: object,
+                data_rows: object) -> "Artifact":
         """Check every field prediction and export read; ``where`` names the file in errors."""
-        if not isinstance(payload, dict):
-            raise UserError(f"{where}: not a reltrain model (not a mapping)")
-        missing = [k for k in ("config", "labels", "model") if k not in payload]
-        if missing:
-            raise UserError(f"{where}: incomplete: no {', '.join(missing)}")
-        config = config_from_dict(payload["config"], where)
-        labels = _labels(payload["labels"], where)
-        weights = _weights(payload["model"], where)
-        lm, vocab, hf_config = payload.get("lm"), payload.get("vocab"), payload.get("hf_config")
+        config = config_from_dict(config, where)
+        labels, weights = _labels(labels, where), _weights(weights, where)
         if config.model.name == "lm":
             if not lm or hf_config is None:
                 raise UserError(f"{where}: a pretrained-encoder model without its tokenizer "
@@ -72,13 +71,8 @@ class Artifact:
             if vocab is None:
                 raise UserError(f"{where}: incomplete: no vocabulary")
             lm, vocab, hf_config = None, _vocab(vocab, where), None
-        state = payload.get("state") if isinstance(payload.get("state"), dict) else {}
-        return cls(config, labels, weights, vocab, lm, hf_config, best_metric(state.get("best")),
-                   metric_values(payload.get("test")), _rows(payload.get("data_rows")))
-
-    def identity(self) -> dict:
-        """What ``data.inputs.identity_encoder`` rebuilds the encoder from."""
-        return {"vocab": self.vocab, "lm": self.lm}
+        return cls(config, labels, weights, vocab, lm, hf_config, best_metric(best),
+                   metric_values(test), _rows(data_rows))
 
 
 def _fail(where: str, what: str):
@@ -222,26 +216,6 @@ def _hf_config(value: object, where: str) -> dict:
     return value
 
 
-def best_metric(value: object) -> dict | None:
-    """``{"metric", "value", "epoch"}`` when well formed, else None (it only labels the card)."""
-    if not isinstance(value, dict):
-        return None
-    metric, score, epoch = value.get("metric"), value.get("value"), value.get("epoch")
-    if (metric in (*METRICS, "loss") and isinstance(score, (int, float)) and not isinstance(score, bool)
-            and math.isfinite(score) and isinstance(epoch, int) and not isinstance(epoch, bool)):
-        return {"metric": metric, "value": float(score), "epoch": epoch}
-    return None
-
-
-def metric_values(value: object) -> dict | None:
-    """The finite numbers of a metrics mapping under known metric names; None if there are none."""
-    if not isinstance(value, dict):
-        return None
-    out = {k: float(value[k]) for k in (*METRICS, "loss") if isinstance(value.get(k), (int, float))
-           and not isinstance(value.get(k), bool) and math.isfinite(value[k])}
-    return out or None
-
-
 def _rows(value: object) -> dict | None:
     if not isinstance(value, dict):
         return None
@@ -324,10 +298,7 @@ def read_exported(folder: str | Path) -> Artifact:
     except SafetensorError as exc:
         raise UserError(f"{folder}: incomplete or damaged export ({str(exc)[:200]})") from None
     trained_on = card.get("training_data") if isinstance(card.get("training_data"), dict) else {}
-    payload = {"config": card.get("reltrain_config"), "labels": labels, "model": weights,
-               "hf_config": card.get("hf_config"),
-               "data_rows": {split: d.get("rows") for split, d in trained_on.items()
-                             if isinstance(d, dict)}}
+    lm = vocab = None
     if tok.get("kind") == "pretrained":
         names = tok.get("files")
         if not isinstance(names, list) or not all(n in TOKENIZER_FILES for n in names):
@@ -339,17 +310,19 @@ def read_exported(folder: str | Path) -> Artifact:
                 texts[name] = read_member(folder, name).decode("utf-8")
             except UnicodeDecodeError:
                 raise UserError(f"{folder / name}: not UTF-8 text") from None
-        payload["lm"] = {"files": texts, "types": tok.get("types"), "added": tok.get("added")}
+        lm = {"files": texts, "types": tok.get("types"), "added": tok.get("added")}
     elif tok.get("kind") == "words":
         if tok.get("vocab") != VOCAB:
             raise UserError(f"{folder}/{CONFIG}: tokenizer.vocab must be {VOCAB}")
-        payload["vocab"] = _member_json(folder, VOCAB)
+        vocab = _member_json(folder, VOCAB)
     else:
         raise UserError(f"{folder}/{CONFIG}: tokenizer.kind must be pretrained or words")
     metrics = card.get("metrics") if isinstance(card.get("metrics"), dict) else {}
-    payload["state"] = {"best": metrics.get("best")}
-    payload["test"] = metrics.get("test")
-    return Artifact.from_payload(payload, str(folder))
+    rows = {split: d.get("rows") for split, d in trained_on.items() if isinstance(d, dict)}
+    return Artifact.checked(str(folder), config=card.get("reltrain_config"), labels=labels,
+                            weights=weights, hf_config=card.get("hf_config"),
+                            best=metrics.get("best"), test=metrics.get("test"), data_rows=rows,
+                            lm=lm, vocab=vocab)
 
 
 def model_source(path: str | Path) -> Path:
@@ -373,8 +346,7 @@ def load_artifact(path: str | Path) -> Artifact:
     path = model_source(path)
     if is_exported(path):
         return read_exported(path)
-    payload = load_checkpoint(path)
-    return Artifact.from_payload(payload, str(path))
+    return Artifact.from_checkpoint(load_checkpoint(path), str(path))
 
 
 def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
@@ -419,61 +391,3 @@ class _ShapesOnly(torch.overrides.TorchFunctionMode):
                 and target.is_meta):
             return target
         return func(*args, **kwargs)
-
-
-# What training writes (training/checkpoint.py) and every reader here checks first.
-FORMAT = "reltrain-checkpoint"
-VERSION = 1
-
-
-def load_checkpoint(path: str | Path, map_location="cpu") -> dict:
-    """Read a reltrain checkpoint with ``weights_only=True``; a bad file is a one-line error."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
-    _check_members(path)
-    try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
-    except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
-        raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
-    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise UserError(f"{path}: not a reltrain checkpoint")
-    version = payload.get("version", 0)
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise UserError(f"{path}: its format version must be a non-negative integer")
-    if version > VERSION:
-        raise UserError(f"{path}: written by a newer reltrain (format {payload['version']})")
-    return payload
-
-
-def _check_members(path: Path) -> None:
-    """``torch.save`` stores its members uncompressed; a compressed one could inflate a small
-    file into any amount of memory, so it is refused before anything is read."""
-    try:
-        with zipfile.ZipFile(path) as archive:
-            packed = [m.filename for m in archive.infolist() if m.compress_type != zipfile.ZIP_STORED]
-    except (zipfile.BadZipFile, OSError, ValueError):
-        return  # torch.load names what is wrong with it
-    if packed:
-        raise UserError(f"{path}: not a checkpoint torch.save wrote (compressed member "
-                        f"{packed[0][:80]!r})")
-
-
-def _load_failure(path: Path, exc: Exception) -> str:
-    """Why ``torch.load`` refused a file, without torch's advice to turn ``weights_only`` off
-    (which would let a stranger's file run code)."""
-    from torch.serialization import get_unsafe_globals_in_checkpoint
-
-    if not zipfile.is_zipfile(path):
-        return "not a complete torch checkpoint: truncated, or a file of another kind"
-    try:
-        unsafe = get_unsafe_globals_in_checkpoint(path)  # reads the pickle's opcodes, runs nothing
-    except Exception:  # a damaged archive: torch's own message below says how
-        unsafe = []
-    if unsafe:
-        return (f"it holds a pickled Python object ({unsafe[0][:80]}); reltrain loads tensors "
-                f"and plain data only")
-    if isinstance(exc, pickle.UnpicklingError):  # what weights_only refuses
-        return "it holds pickled objects other than tensors and plain data"
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__

@@ -7,13 +7,14 @@ import logging
 import resource
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
 from reltrain import children
+from reltrain.checkpoint_format import RunIdentity, TrainState
 from reltrain.config import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
@@ -36,10 +37,10 @@ from reltrain.training.metrics import confusion, format_report, headline, resolv
 from reltrain.training.optim import (build_loss, build_optimizer, build_schedule, sparse_embedding,
                                     resolve_precision)
 from reltrain.training.batching import BatchPlan, plan_batches
-from reltrain.training.resume import (describe_resume, find_resume, load_best_weights,
-                                      run_complete, saved_global_batch)
+from reltrain.training.resume import (Resumed, describe_resume, find_resume, load_best_weights,
+                                      run_complete)
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
-from reltrain.training.trainer import Trainer, TrainState
+from reltrain.training.trainer import Trainer
 
 log = logging.getLogger("reltrain.train")
 
@@ -81,22 +82,22 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
         prepared = prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING))
     stop.check(_OUTSIDE)
     negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
-    identity = {**token_identity(prepared), "labels": prepared.labels,
-                "data_key": prepared.cache_key}
-    payload = find_resume(cfg, run_dir, identity, ctx)
+    tokens = token_identity(prepared)
+    identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key)
+    resumed = find_resume(cfg, run_dir, identity, ctx)
     plan = ctx.agree(lambda: plan_batches(
-        cfg.train, ctx.world_size, saved_global_batch(payload) if payload else None,
-        payload["path"] if payload else ""))
+        cfg.train, ctx.world_size, resumed.checkpoint.global_batch_size if resumed else None,
+        resumed.path if resumed else ""))
     # What runs is what config.yaml, the checkpoints and the summary say: the config with the
     # batch plan resolved (a new object; the validated one is left as it was).
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
     if ctx.is_main:
-        start_run_dir(run_dir, cfg, payload["state"]["epoch"] if payload else 1)
+        start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)
-    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, payload, select, negative)
+    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
-        state = _fit(parts, ctx, run_dir, payload, stop)
+        state = _fit(parts, ctx, run_dir, resumed, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
@@ -155,8 +156,9 @@ def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
     return negative, select
 
 
-def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, identity: dict,
-           progress: bool, stop: StopRequest, payload: dict | None, select: str,
+def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
+           identity: RunIdentity, progress: bool, stop: StopRequest, resumed: Resumed | None,
+           select: str,
            negative: int | None) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
     encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
@@ -170,7 +172,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
                         persistent_workers=cfg.data.num_workers > 0,
                         # not fork: this process holds torch's and gloo's threads
                         multiprocessing_context="spawn" if cfg.data.num_workers else None)
-    model = _build_model(cfg, prepared, encoder, payload)
+    model = _build_model(cfg, prepared, encoder, resumed)
     # Before wrapping: DDP reads each parameter's gradient layout when it builds its buckets.
     sparse, how = sparse_embedding(cfg.train.sparse_embeddings, model, cfg.train, ctx)
     if ctx.is_main:
@@ -183,9 +185,9 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
         log.info(precision.describe())
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
-    static = {"config": to_dict(cfg), **identity, "world_size": ctx.world_size,
-              "global_batch_size": cfg.train.global_batch_size,
-              "data_rows": prepared.meta["rows"], "hf_config": model_hf_config(D.unwrap(model))}
+    static = dict(config=to_dict(cfg), **asdict(identity), world_size=ctx.world_size,
+                  global_batch_size=cfg.train.global_batch_size,
+                  data_rows=prepared.meta["rows"], hf_config=model_hf_config(D.unwrap(model)))
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
@@ -196,15 +198,15 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path, i
     return _Parts(trainer, sets, callbacks)
 
 
-def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload: dict | None):
+def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, resumed: Resumed | None):
     model = build_model(cfg.model, encoder.size, len(prepared.labels), cfg.data.pos_limit,
                         added_tokens=encoder.added_tokens)
     positions = (model_hf_config(model) or {}).get("max_position_embeddings")
     if positions and cfg.data.max_len > positions:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
                         f"of {cfg.model.lm.pretrained}: set data.max_len={positions} or less")
-    if payload:  # before wrapping: DDP starts every rank from these
-        load_model_weights(model, payload)
+    if resumed:  # before wrapping: DDP starts every rank from these
+        load_model_weights(model, resumed.checkpoint, resumed.path)
     elif cfg.model.word_vectors:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
@@ -212,16 +214,16 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, payload:
     return model
 
 
-def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, payload: dict | None,
+def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, resumed: Resumed | None,
          stop: StopRequest) -> TrainState:
     """Restore a resumed run's state, then train the epochs that are left."""
     trainer, state = parts.trainer, TrainState()
-    if payload:
-        describe_resume(payload, ctx)
-        state = trainer.checkpointer.restore(payload, trainer)
+    if resumed:
+        describe_resume(resumed.checkpoint, ctx)
+        state, trainer.partial = trainer.checkpointer.restore(resumed.checkpoint, resumed.path)
         for cb in parts.callbacks:
             cb.resume(read_history(run_dir))
-        if run_complete(payload["state"], trainer.cfg.epochs) and "test" in parts.sets:
+        if run_complete(state, trainer.cfg.epochs) and "test" in parts.sets:
             log.info("re-scoring the best checkpoint (epoch %s) on the test set",
                      (state.best or {}).get("epoch"))
     try:

@@ -30,12 +30,12 @@ def text_encoder(data_cfg, vocab: Vocab | None = None, lm=None) -> TextEncoder:
                        vocab.encode([UNK])[0])
 
 
-def identity_encoder(identity: dict, data_cfg) -> TextEncoder:
-    """Rebuild the encoder from what a checkpoint stores (``vocab`` or ``lm``)."""
-    if identity.get("lm"):
+def identity_encoder(data_cfg, vocab: list[str] | None, lm: dict | None) -> TextEncoder:
+    """Rebuild the encoder from what a checkpoint stores: a vocabulary, or a pretrained
+    tokenizer's files (``lm``)."""
+    if lm:
         from reltrain.data.lm import LMTokenizer
 
-        saved = identity["lm"]
-        return text_encoder(data_cfg, lm=LMTokenizer.from_files(saved["files"], saved["types"],
-                                                                 saved.get("added")))
-    return text_encoder(data_cfg, Vocab(identity["vocab"]))
+        return text_encoder(data_cfg, lm=LMTokenizer.from_files(lm["files"], lm["types"],
+                                                                 lm.get("added")))
+    return text_encoder(data_cfg, Vocab(vocab))

@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from reltrain import children
 from reltrain.data.build import Spec
@@ -246,12 +247,19 @@ def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = N
                    stop=stop)
 
 
-def token_identity(prepared: Prepared) -> dict:
-    """What a checkpoint must share with the data to be resumed or used: vocabulary or tokenizer."""
+class TokenIdentity(NamedTuple):
+    """What a checkpoint must share with the data to be resumed or used: the vocabulary of
+    reltrain's own encoders, or a pretrained tokenizer's files (``lm``)."""
+
+    vocab: list[str] | None
+    lm: dict | None
+
+
+def token_identity(prepared: Prepared) -> TokenIdentity:
     if prepared.lm is not None:
         lm = prepared.lm
-        return {"vocab": None, "lm": {"files": lm.files(), "types": lm.types, "added": lm.added}}
-    return {"vocab": prepared.vocab.tokens, "lm": None}
+        return TokenIdentity(None, {"files": lm.files(), "types": lm.types, "added": lm.added})
+    return TokenIdentity(prepared.vocab.tokens, None)
 
 
 def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):

@@ -57,7 +57,7 @@ class Predictor:
         of the weights."""
         device = _device(device)
         config, labels = artifact.config, artifact.labels
-        encoder = identity_encoder(artifact.identity(), config.data)
+        encoder = identity_encoder(config.data, artifact.vocab, artifact.lm)
         if onnx is not None:
             if onnx.num_labels not in (None, len(labels)):
                 raise UserError(f"{where}: model.onnx gives {onnx.num_labels} scores for "

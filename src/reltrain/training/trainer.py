@@ -6,11 +6,11 @@ import logging
 import math
 import signal
 import time
-from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn as nn
 
+from reltrain.checkpoint_format import EpochProgress, TrainState
 from reltrain.config import METRICS
 from reltrain.errors import Preempted, SharedUserError
 from reltrain.models.dropout import example_noise_seeds
@@ -21,28 +21,6 @@ from reltrain.training.metrics import better
 from reltrain.training.optim import clip_gradients
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class TrainState:
-    """Progress that a resumed run needs; saved in every checkpoint, the same on every rank."""
-
-    epoch: int = 1  # the epoch to run next (or to finish, when batch_in_epoch > 0)
-    step: int = 0  # optimizer steps taken
-    batch_in_epoch: int = 0  # batches of `epoch` already trained
-    best: dict | None = None  # {"metric", "value", "epoch", "valid"} of the selection metric
-    best_by_metric: dict = field(default_factory=dict)  # each metric's own best and its epoch
-    bad_epochs: int = 0  # epochs since the selection metric last improved
-    stopped_early: bool = False
-
-
-@dataclass
-class EpochProgress:
-    """This rank's running totals for the current epoch (differ per rank; saved per rank)."""
-
-    loss_sum: float = 0.0
-    examples: int = 0
-    seconds: float = 0.0
 
 
 class Trainer:
@@ -84,7 +62,7 @@ class Trainer:
         return state
 
     def _save(self, state: TrainState, best: bool, summary: dict) -> None:
-        self.checkpointer.save(asdict(state), {"progress": asdict(self.partial)}, best, summary)
+        self.checkpointer.save(state, self.partial, best, summary)
 
     def _run_epoch(self, epoch: int, state: TrainState) -> dict:
         from tqdm.auto import tqdm
