@@ -103,3 +103,21 @@ def test_no_function_over_60_lines_and_no_file_over_400_but_the_listed_ones():
                 long_functions.add(f"{name}:{node.name}")
     assert long_functions == LONG_FUNCTIONS
     assert long_files == LONG_FILES
+
+
+LAUNCHER_VARIABLES = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
+                      "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID",
+                      "TORCHELASTIC_RESTART_COUNT"}
+
+
+def test_launcher_variables_are_read_only_by_the_distributed_module_and_the_launcher():
+    readers = {}
+    for path in ROOT.rglob("*.py"):
+        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+        names = {node.value for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+                 if isinstance(node, ast.Constant) and isinstance(node.value, str)
+                 and (node.value in LAUNCHER_VARIABLES or node.value.startswith("SLURM_"))}
+        if names:
+            readers[module] = names
+    assert set(readers) <= {"reltrain.distributed", "reltrain.launch"}, readers
+    assert "RANK" in readers["reltrain.launch"] and "SLURM_PROCID" in readers["reltrain.distributed"]

@@ -128,10 +128,10 @@ def _tree_peak_kb() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss + _peak_kb
 
 
-def default_workers() -> int:
-    """One worker per core, shared among the processes torchrun started on this host; at most 8."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1)
-    return max(1, min((os.cpu_count() or 1) // max(local, 1), 8))
+def default_workers(local_processes: int = 1) -> int:
+    """One worker per core, shared among the processes a launcher started on this host
+    (``launch.local_processes``); at most 8."""
+    return max(1, min((os.cpu_count() or 1) // max(local_processes, 1), 8))
 
 
 def ordered_map(fn: Callable, items: Iterable, workers: int, setup: Callable | None = None,

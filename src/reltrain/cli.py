@@ -11,6 +11,7 @@ from reltrain.command_options import EvaluateOptions, PredictOptions
 from reltrain.config import AMP_SETTINGS, RUNTIMES
 from reltrain.errors import Preempted, UserError
 from reltrain.inference.serve_options import ServeOptions
+from reltrain.launch import adopt_local_rank_flag, first_rank
 from reltrain.options import add_to, from_args
 
 _CONFIG_EPILOG = """\
@@ -106,19 +107,19 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = argv
     from reltrain.logs import setup_console_logging
 
-    setup_console_logging(_first_rank())
+    setup_console_logging(first_rank())
     try:
         return _dispatch(args)
     except UserError as exc:
-        if not exc.shared or _first_rank():  # an agreed error
+        if not exc.shared or first_rank():  # an agreed error
             print(f"reltrain: error: {exc}", file=sys.stderr, flush=True)
         return 2
     except Preempted as exc:
-        if _first_rank():
+        if first_rank():
             print(f"reltrain: {exc}{_resume_hint(args, exc)}", file=sys.stderr, flush=True)
         return exc.exit_code
     except KeyboardInterrupt:
-        if _first_rank():
+        if first_rank():
             print("reltrain: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
@@ -127,12 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 128 + 13  # SIGPIPE
-
-
-def _first_rank() -> bool:
-    """What concerns the whole job is said once. Read when needed: under srun, RANK is only set
-    once the run has joined its group (distributed.py: setup)."""
-    return os.environ.get("RANK", "0") == "0"
 
 
 def _resume_hint(args, exc: Preempted) -> str:
@@ -165,8 +160,7 @@ def _starting():
 
 def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
-        if args.local_rank is not None and "LOCAL_RANK" not in os.environ:
-            os.environ["LOCAL_RANK"] = str(args.local_rank)
+        adopt_local_rank_flag(args.local_rank)
         with _starting():
             from reltrain.config import load_config
             from reltrain.distributed import launched

@@ -1,10 +1,34 @@
-"""``devices=N``: this process becomes the torchrun agent of N local workers, so a signal to
-``reltrain`` reaches the agent, which passes it on and waits (no orphans, the workers' status)."""
+"""The launcher's side: ``devices=N`` makes this process the torchrun agent of N local workers,
+so a signal to ``reltrain`` reaches the agent, which passes it on and waits (no orphans, the
+workers' status); and what a process reads of its launcher before torch is imported (the rest
+of the launcher's environment is ``distributed.py``'s)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
+
+
+def first_rank() -> bool:
+    """What concerns the whole job is said once. Read when needed: under srun, RANK is only set
+    once the run has joined its group (distributed.py: setup)."""
+    return os.environ.get("RANK", "0") == "0"
+
+
+def adopt_local_rank_flag(local_rank: int | None) -> None:
+    """``torch.distributed.launch`` passes the local rank as a flag; torchrun and reltrain read
+    ``LOCAL_RANK``."""
+    if local_rank is not None and "LOCAL_RANK" not in os.environ:
+        os.environ["LOCAL_RANK"] = str(local_rank)
+
+
+def local_processes() -> int:
+    """The processes a launcher started on this host (1 without one)."""
+    try:
+        return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1), 1)
+    except ValueError:
+        return 1
 
 
 def run_local_workers(devices: int, worker_args: list[str]) -> int:

@@ -15,6 +15,7 @@ from reltrain.errors import SharedUserError, UserError
 from reltrain.inference.predictor import Predictor, expand, make_record
 from reltrain.output import check_output, output_stream
 from reltrain.command_options import PredictOptions
+from reltrain.launch import local_processes
 from reltrain.stops import StopRequest
 
 log = logging.getLogger("reltrain.predict")
@@ -166,7 +167,7 @@ def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows
             index += 1
 
     if workers is None:
-        workers = children.default_workers()
+        workers = children.default_workers(local_processes())
     mine = chunks()
     first = list(islice(mine, 2))  # one chunk: not worth starting workers that load the model
     mine = chain(first, mine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from reltrain.config import Config
 from reltrain.data.preprocess import PREPROCESSING, prepare_run
 from reltrain.examples import use_example_data
+from reltrain.launch import local_processes
 from reltrain.logs import progress_enabled
 from reltrain.stops import StopRequest
 
@@ -14,7 +15,7 @@ def run_preprocess(cfg: Config) -> dict:
     use_example_data(cfg.data)
     with StopRequest() as stop:  # a stop signal ends the tokenizing child and the command
         prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True),
-                               lambda: stop.check(PREPROCESSING))
+                               lambda: stop.check(PREPROCESSING), local_processes())
     meta = prepared.meta
     info = {"cache": str(prepared.cache_path) if prepared.cache_path else None, "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},

@@ -24,6 +24,7 @@ from reltrain.data.report import report_lines
 from reltrain.inference.predictor import write_predictions
 from reltrain.errors import Preempted, UserError
 from reltrain.examples import use_example_data
+from reltrain.launch import local_processes
 from reltrain.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
 from reltrain.output import write_output
@@ -79,7 +80,8 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     seed_everything(cfg.train.seed)
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
-        prepared = prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING))
+        prepared = prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING),
+                               local_processes())
     stop.check(_OUTSIDE)
     negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
     tokens = token_identity(prepared)

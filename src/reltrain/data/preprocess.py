@@ -91,10 +91,12 @@ def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) 
 
 
 def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
-            lm_add_chars: int = 0, stop: Callable[[], None] | None = None) -> Prepared:
+            lm_add_chars: int = 0, stop: Callable[[], None] | None = None,
+            local_processes: int = 1) -> Prepared:
     """The cached tensors for these files and options, built if needed (a damaged entry is replaced;
     an unwritable cache location: no cache). ``lm_folder``: its subwords, no vocabulary;
-    ``stop``: called while the tokenizing child works, it may raise to give up."""
+    ``stop``: called while the tokenizing child works, it may raise to give up;
+    ``local_processes``: the launcher's processes on this host, which share its cores."""
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
     path = root / key
@@ -104,8 +106,9 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
                     "without the cache (set data.cache_dir to a folder of your own)", path)
     prepared = _load_cached(path) if path.exists() and not foreign else None
     if prepared is None:
+        workers = data_cfg.preprocess_workers or children.default_workers(local_processes)
         prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars,
-                                   cache=not foreign, stop=stop)
+                                   workers, cache=not foreign, stop=stop)
     if lm_folder and prepared.lm is None:
         from reltrain.data.lm import LMTokenizer
 
@@ -117,7 +120,7 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
 
 
 def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_markers: str,
-                    lm_add_chars: int) -> bool:
+                    lm_add_chars: int, workers: int) -> bool:
     """Write the entry into a temporary sibling folder, then rename it into place in one step;
     False when the location cannot be written (logged)."""
     lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars) if lm_folder else None
@@ -129,7 +132,7 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
         _no_cache(path, exc)
         return False
     try:
-        _write_entry(data_cfg, tmp, spec, progress)
+        _write_entry(data_cfg, tmp, spec, progress, workers)
         if lm is not None:
             meta = json.loads((tmp / "meta.json").read_text())
             meta["lm"] = {"types": lm.types, "added": lm.added}
@@ -148,7 +151,7 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
     return True
 
 
-def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool) -> None:
+def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: int) -> None:
     from reltrain.data import build
     from reltrain.data.report import data_report
 
@@ -156,8 +159,7 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool) -> None:
     kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
     given = read_labels(data_cfg.labels) if data_cfg.labels else None
     labels, vocab, meta = build.write_splits(
-        files, folder, spec, given, data_cfg.preprocess_workers or children.default_workers(),
-        progress, check_texts=lambda texts: _check_script(data_cfg, texts, kind),
+        files, folder, spec, given, workers, progress, check_texts=lambda texts: _check_script(data_cfg, texts, kind),
         check_relations=lambda relations: _check_relations(data_cfg, relations))
     if vocab is not None:
         (folder / "vocab.json").write_text(json.dumps(vocab.tokens, ensure_ascii=False))
@@ -239,12 +241,13 @@ def _load_cached(path: Path) -> Prepared | None:
 PREPROCESSING = "while preprocessing; nothing to save"  # the stop point's name in messages
 
 
-def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None) -> Prepared:
+def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None,
+                local_processes: int = 1) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
     lm = cfg.model.name == "lm"
     return prepare(cfg.data, progress, lm_folder=cfg.model.lm.pretrained if lm else "",
                    lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars,
-                   stop=stop)
+                   stop=stop, local_processes=local_processes)
 
 
 class TokenIdentity(NamedTuple):
