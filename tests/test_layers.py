@@ -8,8 +8,8 @@ from pathlib import Path
 import reltrain
 
 ROOT = Path(reltrain.__file__).parent
-SHARED = ("artifacts", "checkpoint_format", "children", "config", "distributed", "errors", "logs", "options",
-          "output", "precision", "scoring", "stops")
+SHARED = ("artifacts", "checkpoint_format", "children", "config", "config_checks", "distributed",
+          "errors", "logs", "options", "output", "precision", "scoring", "stops")
 
 
 def _imports() -> dict[str, set[str]]:
@@ -54,9 +54,10 @@ LAYERS = {
         "reltrain.compare_cmd", "reltrain.report_cmd", "reltrain.launch", "reltrain.__main__",
         "reltrain"),
     2: ("reltrain.training", "reltrain.inference"),
-    3: ("reltrain.artifacts", "reltrain.checkpoint_format", "reltrain.scoring", "reltrain.distributed", "reltrain.stops",
-        "reltrain.precision", "reltrain.config", "reltrain.config_files", "reltrain.options",
-        "reltrain.logs", "reltrain.output", "reltrain.examples"),
+    3: ("reltrain.artifacts", "reltrain.checkpoint_format", "reltrain.scoring",
+        "reltrain.distributed", "reltrain.stops", "reltrain.precision", "reltrain.config",
+        "reltrain.config_checks", "reltrain.config_files", "reltrain.options", "reltrain.logs",
+        "reltrain.output", "reltrain.examples"),
     4: ("reltrain.data", "reltrain.models", "reltrain.errors", "reltrain.children"),
 }
 
@@ -87,7 +88,7 @@ def test_one_module_is_rank_aware():
 # What the design review found too long and is not split yet (issue 33): nothing else may pass
 # the limits, and an entry that no longer does must leave this list.
 LONG_FUNCTIONS = {"reltrain/data/jieba_hmm.py:_cut"}  # the Viterbi loop, kept whole for speed
-LONG_FILES = {"reltrain/config.py", "reltrain/data/readers.py"}
+LONG_FILES: set[str] = set()
 
 
 def test_no_function_over_60_lines_and_no_file_over_400_but_the_listed_ones():

@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from reltrain.config import check_device_name
+from reltrain.config_checks import check_device_name
 from reltrain.errors import SharedUserError, UserError
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 import sys
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,13 +14,11 @@ from itertools import chain
 from typing import Callable, Iterator
 
 from reltrain.data import formats
-from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
+from reltrain.data.rows import (DIGITS, MAX_INT_DIGITS, entity_at, json_record, offset_value,
+                                parse_json, record_of, relation_name)
+from reltrain.data.schema import EntitySentence, Record, label_name_problem
 from reltrain.errors import DataError, UserError
 
-# Offsets and indices: digits only (str.isdigit() also takes "²"), and at most 18 of them, so
-# that int() never meets a number past its 4,300-digit limit.
-_DIGITS = re.compile(r"[0-9]{1,18}")
-_MAX_INT_DIGITS = 18
 CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
 
 
@@ -32,7 +29,6 @@ class ReadResult:
 
 
 STDIN = "-"  # a DATA argument that means standard input
-_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def read_text(path: str | Path) -> str:
@@ -143,8 +139,8 @@ def iter_rows(path: str | Path, *, require_relation: bool = True,
         return formats.tacred_rows(path, read_lines(path), partial(
             _tacred_record, require_relation=require_relation))
     if kind == "semeval":
-        return formats.semeval_rows(path, read_lines(path), _finish, partial(
-            _relation, require_relation=require_relation))
+        return formats.semeval_rows(path, read_lines(path), record_of, partial(
+            relation_name, require_relation=require_relation))
     if kind == "csv":
         return _csv_rows(path, require_relation)
     return _jsonl_rows(path, require_relation, entity_lists)
@@ -241,59 +237,16 @@ def _csv_record(path, line, header, col, values, require_relation, tagged=False)
     if not text.strip():
         raise DataError(path, line, "sentence", "empty sentence")
     if tagged:
-        relation = _relation(path, line, get("relation"), require_relation)
-        return formats.tagged_record(text, relation, path, line, "sentence", _finish)
-    head = _entity(path, line, text, "head", get("head"), _offset(path, line, "head_offset",
+        relation = relation_name(path, line, get("relation"), require_relation)
+        return formats.tagged_record(text, relation, path, line, "sentence", record_of)
+    head = entity_at(path, line, text, "head", get("head"), offset_value(path, line, "head_offset",
                                                                    get("head_offset")),
                    get("head_type").strip())
-    tail = _entity(path, line, text, "tail", get("tail"), _offset(path, line, "tail_offset",
+    tail = entity_at(path, line, text, "tail", get("tail"), offset_value(path, line, "tail_offset",
                                                                    get("tail_offset")),
                    get("tail_type").strip())
-    relation = _relation(path, line, get("relation"), require_relation)
-    return _finish(path, line, text, head, tail, relation)
-
-
-def _offset(path, line, field_name, value) -> int:
-    value = value.strip()
-    if not _DIGITS.fullmatch(value):  # str.isdigit() also accepts '²', which int() rejects
-        raise DataError(path, line, field_name,
-                        f"expected a non-negative integer character offset of at most "
-                        f"{_MAX_INT_DIGITS} digits, got '{value[:40]}'")
-    return int(value)
-
-
-def _entity(path, line, text, role, name, start, type_="") -> Entity:
-    if not name.strip():
-        raise DataError(path, line, role, "empty entity text")
-    end = start + len(name)
-    if end > len(text):
-        raise DataError(path, line, f"{role}_offset",
-                        f"{role} '{name}' at {start}..{end} lies outside the sentence "
-                        f"(length {len(text)})")
-    if text[start:end] != name:
-        raise DataError(path, line, f"{role}_offset",
-                        f"the text at {start}..{end} is '{text[start:end]}', not the {role} '{name}'")
-    return Entity(name=name, start=start, end=end, type=type_)
-
-
-def _relation(path, line, value, require_relation) -> str | None:
-    if value is None or not str(value).strip():
-        if require_relation:
-            raise DataError(path, line, "relation", "missing relation")
-        return None
-    if not isinstance(value, str):
-        raise DataError(path, line, "relation", f"expected a string, got {type(value).__name__}")
-    problem = label_name_problem(value.strip())
-    if problem:
-        raise DataError(path, line, "relation", problem)
-    return value.strip()
-
-
-def _finish(path, line, text, head, tail, relation, tokens=None) -> Record:
-    if (head.start, head.end) == (tail.start, tail.end):
-        raise DataError(path, line, "tail", f"head and tail are the same span {head.start}..{head.end}")
-    return Record(text=text, head=head, tail=tail, relation=relation, source=f"{path}:{line}",
-                  tokens=tokens)
+    relation = relation_name(path, line, get("relation"), require_relation)
+    return record_of(path, line, text, head, tail, relation)
 
 
 def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,
@@ -313,146 +266,6 @@ def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Reco
     return json_record(parse_json(raw, path, line), path, line, require_relation, entity_lists)
 
 
-def parse_json(raw: str, path: str = "<input>", line: int | None = None):
-    """A JSON value whose strings are all valid Unicode text: a lone surrogate escape
-    (``"\\ud800"``) parses, but no UTF-8 output could hold it, so it is refused here."""
-    try:
-        obj = json.loads(raw, parse_int=_bounded_int)
-    except _LongNumber as exc:
-        raise DataError(path, line, None, f"invalid JSON: a number of {exc.args[0]} digits "
-                                          f"(at most {_MAX_INT_DIGITS})") from None
-    except json.JSONDecodeError as exc:
-        raise DataError(path, line, None, f"invalid JSON: {exc.msg} at column {exc.colno}") from None
-    except RecursionError:
-        raise DataError(path, line, None, "invalid JSON: nested too deeply") from None
-    # Only an escape can bring a surrogate in (the UTF-8 decoding of the input refuses one).
-    if _SURROGATE_ESCAPE.search(raw):
-        try:
-            json.dumps(obj, ensure_ascii=False).encode("utf-8")
-        except UnicodeEncodeError:
-            raise DataError(path, line, None, "a string holds a lone surrogate escape (\\ud800 "
-                                              "to \\udfff without its pair): not text") from None
-    return obj
-
-
-class _LongNumber(Exception):
-    pass
-
-
-def _bounded_int(text: str) -> int:
-    # json's own int() would raise a bare ValueError past 4,300 digits; no field needs 19.
-    digits = len(text.lstrip("-"))
-    if digits > _MAX_INT_DIGITS:
-        raise _LongNumber(digits)
-    return int(text)
-
-
-def json_record(obj, path: str = "<input>", line: int | None = None, require_relation: bool = False,
-                entity_lists: bool = False) -> Record | EntitySentence:
-    """One example from a parsed JSON object: the JSONL shape (``text`` or ``token``, ``h``,
-    ``t``) or, with ``entity_lists``, ``{"text", "entities": [...]}``."""
-    if not isinstance(obj, dict):
-        raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
-    if entity_lists and "entities" in obj:
-        return entity_sentence(obj, path, line)
-    relation = _relation(path, line, obj.get("relation"), require_relation)
-    tokens = None
-    if isinstance(obj.get("text"), str) and "h" not in obj and formats.has_tags(obj["text"]):
-        return formats.tagged_record(obj["text"], relation, path, line, "text", _finish)
-    if "text" in obj:
-        text = obj["text"]
-        if not isinstance(text, str) or not text.strip():
-            raise DataError(path, line, "text", "expected a non-empty string")
-    elif "token" in obj:
-        tokens = obj["token"]
-        if (not isinstance(tokens, list) or not tokens
-                or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens)):
-            raise DataError(path, line, "token", "expected a non-empty list of tokens without spaces")
-        tokens = tuple(tokens)
-        text = " ".join(tokens)
-    else:
-        raise DataError(path, line, None, "expected a 'text' or a 'token' field")
-    head = _json_entity(path, line, obj, "h", text, tokens)
-    tail = _json_entity(path, line, obj, "t", text, tokens)
-    return _finish(path, line, text, head, tail, relation, tokens)
-
-
-def example(obj: object, path: str = "<input>", line: int | None = None) -> Record | EntitySentence:
-    """One example to predict, in any of the three shapes (the JSONL row, a sentence with
-    ``entities``, or ``{"text", "head", "tail"}`` with entity strings)."""
-    if not isinstance(obj, dict):
-        raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
-    if "entities" in obj or "h" in obj or "token" in obj:
-        return json_record(obj, path, line, entity_lists=True)
-    return pair_record(obj, path, line)
-
-
-def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Record:
-    """``{"text", "head", "tail"}`` with entity strings and optional ``head_offset`` /
-    ``tail_offset`` (default: the first occurrence), as ``reltrain predict --text`` takes them."""
-    text = obj.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise DataError(path, line, "text", "expected a non-empty string")
-    ends = []
-    for role in ("head", "tail"):
-        name, offset = obj.get(role), obj.get(f"{role}_offset")
-        if not isinstance(name, str) or not name.strip():
-            raise DataError(path, line, role, "expected a non-empty string")
-        if offset is None:
-            offset = text.find(name)
-            if offset < 0:
-                raise DataError(path, line, role, f"'{name}' does not occur in the text")
-        elif not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            raise DataError(path, line, f"{role}_offset",
-                            f"expected a non-negative integer character offset, got {offset!r}")
-        ends.append(_entity(path, line, text, role, name, offset))
-    return _finish(path, line, text, ends[0], ends[1], _relation(path, line, obj.get("relation"), False))
-
-
-def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -> EntitySentence:
-    """``{"text": ..., "entities": [{"name", "pos"}, ...]}`` (character offsets), validated."""
-    text = obj.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise DataError(path, line, "text", "expected a non-empty string")
-    items = obj["entities"]
-    if not isinstance(items, list) or len(items) < 2:
-        raise DataError(path, line, "entities", "expected a list of at least two entities")
-    entities = tuple(_json_entity(path, line, {f"entities[{i}]": item}, f"entities[{i}]", text, None)
-                     for i, item in enumerate(items))
-    return EntitySentence(text, entities, f"{path}:{line}")
-
-
-def _json_entity(path, line, obj, key, text, tokens) -> Entity:
-    ent = obj.get(key)
-    if not isinstance(ent, dict):
-        raise DataError(path, line, key, "expected an object with 'pos' ([start, end])")
-    pos = ent.get("pos")
-    if (not isinstance(pos, list) or len(pos) != 2
-            or not all(isinstance(p, int) and not isinstance(p, bool) for p in pos)):
-        raise DataError(path, line, f"{key}.pos", f"expected [start, end] integers, got {pos!r}")
-    start, end = pos
-    limit = len(tokens) if tokens is not None else len(text)
-    unit = "tokens" if tokens is not None else "characters"
-    if start < 0 or end <= start:
-        raise DataError(path, line, f"{key}.pos", f"expected 0 <= start < end, got {pos}")
-    if end > limit:
-        raise DataError(path, line, f"{key}.pos",
-                        f"{pos} lies outside the sentence ({limit} {unit})")
-    if tokens is not None:  # token positions -> character offsets into " ".join(tokens)
-        start_char = sum(len(t) + 1 for t in tokens[:start])
-        start, end = start_char, start_char + len(" ".join(tokens[pos[0]:end]))
-    span = text[start:end]
-    name = ent.get("name", span)
-    if not isinstance(name, str):
-        raise DataError(path, line, f"{key}.name", "expected a string")
-    if name != span and not (tokens is not None and name.replace(" ", "") == span.replace(" ", "")):
-        raise DataError(path, line, f"{key}.pos", f"the text at {pos} is '{span}', not '{name}'")
-    if not span.strip():
-        raise DataError(path, line, f"{key}.pos", "the entity span is blank")
-    type_ = ent.get("type", "")
-    return Entity(name=span, start=start, end=end, type=type_ if isinstance(type_, str) else "")
-
-
 def read_labels(path: str | Path) -> list[str]:
     """``relation.csv`` (head_type,tail_type,relation,index), ordered by index; or one per line."""
     path = str(path)
@@ -468,9 +281,9 @@ def read_labels(path: str | Path) -> list[str]:
                 raise DataError(path, number, "relation", "missing relation")
             if label_name_problem(name):
                 raise DataError(path, number, "relation", label_name_problem(name))
-            if raw_index and not _DIGITS.fullmatch(raw_index):
+            if raw_index and not DIGITS.fullmatch(raw_index):
                 raise DataError(path, number, "index", f"expected a non-negative integer of at most "
-                                     f"{_MAX_INT_DIGITS} digits, got '{raw_index[:40]}'")
+                                     f"{MAX_INT_DIGITS} digits, got '{raw_index[:40]}'")
             index = int(raw_index) if raw_index else len(by_index)
             if index in by_index:
                 raise DataError(path, number, "index", f"index {index} used twice")

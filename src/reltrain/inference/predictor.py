@@ -134,7 +134,7 @@ class Predictor:
 
     def predict_pairs(self, text: str, entities: list[dict], top_k: int = 3) -> list[dict]:
         """A prediction for every ordered pair of distinct ``entities`` (``[{"name", "pos"}]``)."""
-        from reltrain.data.readers import entity_sentence
+        from reltrain.data.rows import entity_sentence
 
         sentence = entity_sentence({"text": text, "entities": entities})
         return self.predict_any([sentence], top_k)[0]["pairs"]
@@ -145,7 +145,7 @@ class Predictor:
         ``{"text", "entities": [...]}`` (every pair), or ``{"text", "head", "tail"}`` with
         optional ``head_offset`` / ``tail_offset``. A bad row is a ``ValueError`` naming it:
         ``rows[3].h.pos: ...``."""
-        from reltrain.data.readers import example
+        from reltrain.data.rows import example
         from reltrain.errors import DataError
 
         items = []

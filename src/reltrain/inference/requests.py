@@ -37,7 +37,7 @@ class Parsed:
 
 def parse_items(body: bytes, limits: Limits) -> Parsed:
     """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
-    from reltrain.data.readers import example, parse_json
+    from reltrain.data.rows import example, parse_json
 
     try:
         obj = parse_json(body.decode("utf-8"), "body")

@@ -1,0 +1,154 @@
+"""The checks of a ``Config`` that types alone cannot express: ranges and choices
+(``validate_values``, also for a stranger's checkpoint), then the files and folders a run's
+options name (``validate``). Each problem is one ``UserError``."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from reltrain.config import (AMP_SETTINGS, DEVICE_NAMES, SELECT_METRICS, SWITCH, Config,
+                             DataConfig, EvalConfig, ModelConfig, TrainConfig, finite_number,
+                             option_keys)
+from reltrain.errors import UserError
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise UserError(message)
+
+
+# Upper bounds: a config from a stranger must not build a model of 10^12 layers or widths.
+MAX_WIDTH = 65536
+MAX_LAYERS = 256
+
+
+def validate(cfg: Config) -> None:
+    """``validate_values``, then the files and folders the options name exist."""
+    validate_values(cfg)
+    d, m = cfg.data, cfg.model
+    for key in ("train", "valid", "test", "labels"):
+        path = getattr(d, key)
+        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}"
+               + _relative_hint(path))
+    _check(not m.word_vectors or Path(m.word_vectors).is_file(),
+           f"model.word_vectors: file not found: {m.word_vectors}" + _relative_hint(m.word_vectors))
+    if m.name == "lm":
+        _check(bool(m.lm.pretrained) and Path(m.lm.pretrained).is_dir(),
+               f"model.name=lm needs model.lm.pretrained=<local model folder>; not a folder: "
+               f"'{m.lm.pretrained}'")
+    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
+           f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
+
+
+def _relative_hint(path: str) -> str:
+    # A path in a --config file is read as the command line's are: from where reltrain runs.
+    if not path or Path(path).is_absolute():
+        return ""
+    return f" (relative paths, also in a --config file, are read from the current directory {Path.cwd()})"
+
+
+def validate_values(cfg: Config) -> None:
+    """Range and choice checks that types alone cannot express (no file is looked at)."""
+    t = cfg.train
+    # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
+    cfg.log.progress = str(cfg.log.progress).lower()
+    cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
+    t.sparse_embeddings = str(t.sparse_embeddings).lower()
+    # ... and `off` as False: train.amp=off on the command line arrives as "False".
+    if str(t.amp).lower() in ("false", "off"):
+        t.amp = "off"
+    _check_data(cfg.data)
+    _check_model(cfg.model)
+    _check_train(t, cfg.eval)
+    _check_run(cfg)
+
+
+def _check_data(d: DataConfig) -> None:
+    _check(d.language in ("zh", "en"), f"data.language must be zh or en, not '{d.language}'")
+    _check(d.tokenizer in ("auto", "jieba", "char", "word"),
+           f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")
+    _check(d.max_len >= 8, "data.max_len must be at least 8")
+    _check(d.min_freq >= 1, "data.min_freq must be at least 1")
+    _check(d.max_vocab >= 0, "data.max_vocab must be 0 (no cap) or more")
+    _check(d.preprocess_workers >= 0, "data.preprocess_workers must be 0 (one per core) or more")
+    _check(d.pos_limit >= 1, "data.pos_limit must be at least 1")
+    _check(d.num_workers >= 0, "data.num_workers must be >= 0")
+    _check(d.max_len <= 1_000_000 and d.pos_limit <= 100_000,
+           "data.max_len must be at most 1000000 and data.pos_limit at most 100000")
+    _check(bool(d.train) or not (d.valid or d.test), "data.valid/data.test given without data.train")
+
+
+def _check_model(m: ModelConfig) -> None:
+    c, r, f, lm = m.cnn, m.bilstm, m.transformer, m.lm
+    _check(m.word_dim > 0 and m.pos_dim > 0 and c.num_filters > 0, "model sizes must be positive")
+    _check(bool(c.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in c.kernel_sizes),
+           f"model.cnn.kernel_sizes must be odd positive widths, not {list(c.kernel_sizes)}")
+    _check(c.activation in ("relu", "gelu", "tanh"), "model.cnn.activation must be relu, gelu or tanh")
+    _check(all(0.0 <= p < 1.0 for p in (m.dropout, f.dropout, lm.dropout)),
+           "model dropouts must be in [0, 1)")
+    _check(r.pooling in ("attention", "max", "last"),
+           "model.bilstm.pooling must be attention, max or last")
+    _check(f.positions in ("sinusoidal", "learned"),
+           "model.transformer.positions must be sinusoidal or learned")
+    _check(min(r.hidden, r.layers, f.dim, f.layers, f.heads, f.ff) > 0, "model sizes must be positive")
+    _check(f.dim % f.heads == 0, "model.transformer.dim must be a multiple of model.transformer.heads")
+    _check(max(m.word_dim, m.pos_dim, c.num_filters, r.hidden, f.dim, f.ff, f.heads,
+               *c.kernel_sizes) <= MAX_WIDTH and len(c.kernel_sizes) <= 16,
+           f"model sizes must be at most {MAX_WIDTH}, with at most 16 kernel sizes")
+    _check(max(r.layers, f.layers) <= MAX_LAYERS, f"model layers must be at most {MAX_LAYERS}")
+    _check(lm.pooling in ("entity", "cls"), "model.lm.pooling must be entity or cls")
+    _check(lm.markers in ("plain", "typed"), "model.lm.markers must be plain or typed")
+    _check(lm.add_chars >= 0, "model.lm.add_chars must be >= 0")
+    _check(m.name != "lm" or not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
+
+
+def _check_train(t: TrainConfig, evaluation: EvalConfig) -> None:
+    _check(t.epochs >= 1, "train.epochs must be at least 1")
+    _check(t.batch_size >= 1 and t.eval_batch_size >= 1, "batch sizes must be at least 1")
+    _check(t.accum_steps >= 1, "train.accum_steps must be at least 1")
+    _check(t.global_batch_size >= 0, "train.global_batch_size must be >= 0 (0: derived)")
+    _check(t.lr > 0, "train.lr must be positive")
+    _check(t.weight_decay >= 0 and t.grad_clip >= 0, "train.weight_decay and grad_clip must be >= 0")
+    _check(0 < t.lr_factor < 1, "train.lr_factor must be in (0, 1)")
+    _check(t.lr_patience >= 0, "train.lr_patience must be >= 0")
+    _check(t.early_stopping >= 0, "train.early_stopping must be >= 0 (0: off)")
+    _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
+    _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
+    _check(t.amp in AMP_SETTINGS, f"train.amp must be one of {', '.join(AMP_SETTINGS)}")
+    _check(t.select_metric in SELECT_METRICS,
+           f"train.select_metric must be one of {', '.join(SELECT_METRICS)}")
+    _check(bool(evaluation.negative_label.strip()), "eval.negative_label must be auto, none or a label")
+    _check(t.sparse_embeddings in SWITCH, "train.sparse_embeddings must be auto, true or false")
+    _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
+
+
+def _check_run(cfg: Config) -> None:
+    """The options of how and where a run goes: processes, devices, logs, checkpoints."""
+    dist = cfg.dist
+    _check(dist.strategy in ("auto", "single", "ddp", "dp"),
+           "dist.strategy must be auto, single, ddp or dp")
+    _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
+    _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
+    for key in ("progress", "tensorboard"):
+        _check(getattr(cfg.log, key) in SWITCH, f"log.{key} must be auto, true or false")
+    _check(cfg.devices >= 0, "devices must be >= 0")
+    _check(all(i >= 0 for i in dist.dp_devices), "dist.dp_devices must be GPU ids >= 0")
+    _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
+    _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
+    check_device_name(cfg.device)
+    for key in option_keys(cfg):
+        value = _get(cfg, key)
+        _check(not isinstance(value, float) or finite_number(value), f"{key} must be a finite number")
+
+
+def _get(cfg: Config, key: str):
+    for part in key.split("."):
+        cfg = getattr(cfg, part)
+    return cfg
+
+
+def check_device_name(name: str) -> None:
+    """A one-line error for a device name reltrain does not know (before anything starts)."""
+    _check(name in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", str(name)) is not None,
+           f"device must be {DEVICE_NAMES}, not '{name}'")
