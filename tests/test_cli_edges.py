@@ -142,7 +142,7 @@ def test_serves_flags_are_its_options_dataclass_defined_once():
     import dataclasses
 
     from reltrain.errors import UserError
-    from reltrain.inference.serve_options import ServeOptions
+    from reltrain.inference.options import ServeOptions
     from reltrain.options import add_to, from_args
 
     parser = argparse.ArgumentParser()

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from reltrain.command_options import EvaluateOptions, PredictOptions
 from reltrain.config import AMP_SETTINGS, RUNTIMES
 from reltrain.errors import Preempted, UserError
-from reltrain.inference.serve_options import ServeOptions
+from reltrain.inference.options import ExportOptions, ServeOptions
 from reltrain.launch import adopt_local_rank_flag, first_rank
 from reltrain.options import add_to, from_args
 
@@ -67,10 +67,7 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
                        description="Write CHECKPOINT as a folder: model.safetensors, config.json "
                                    "(id2label), the vocabulary or tokenizer files, README.md.")
-    p.add_argument("checkpoint")
-    p.add_argument("out_dir", metavar="OUT_DIR", help="a new (or empty) folder")
-    p.add_argument("--format", choices=["safetensors", "onnx"], default="safetensors",
-                   help="onnx: also model.onnx, for --runtime onnx (needs reltrain[onnx])")
+    add_to(p, ExportOptions)
     p = sub.add_parser("serve", help="an HTTP JSON API with micro-batching (needs reltrain[serve])",
                        description="POST /predict (one example or a list), GET /health, GET /model. "
                                    "Concurrent requests are predicted in shared batches.")
@@ -195,7 +192,7 @@ def _dispatch(args) -> int:
     elif args.command == "export":
         from reltrain.inference.export import export_model
 
-        out = export_model(args.checkpoint, args.out_dir, args.format)
+        out = export_model(from_args(ExportOptions, args))
         print(f"exported {args.checkpoint} to {out}", flush=True)
     elif args.command == "serve":
         from reltrain.inference.server import serve

@@ -13,20 +13,22 @@ import shutil
 from pathlib import Path
 
 from reltrain.artifacts import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
-                                is_exported, load_artifact, metric_values, model_source)
+                                is_exported, load_artifact, model_source)
+from reltrain.checkpoint_format import metric_values
+from reltrain.inference.options import ExportOptions
 from reltrain.errors import UserError
 
 log = logging.getLogger(__name__)
 
 
-def export_model(source: str | Path, out_dir: str | Path, fmt: str = "safetensors") -> Path:
-    """Write the exported folder of ``source`` (checkpoint, run directory or exported folder) into
-    ``out_dir``; ``fmt="onnx"`` adds ``model.onnx``, kept only if it agrees with PyTorch."""
+def export_model(options: ExportOptions) -> Path:
+    """Write the exported folder of ``options.checkpoint`` (a checkpoint, run directory or
+    exported folder) into ``options.out_dir``; format onnx adds ``model.onnx``, kept only if it
+    agrees with PyTorch."""
     from reltrain import __version__
     from reltrain.inference.predictor import Predictor
 
-    if fmt not in ("safetensors", "onnx"):
-        raise UserError(f"--format must be safetensors or onnx, not '{fmt}'")
+    source, out_dir, fmt = options.checkpoint, options.out_dir, options.format
     if fmt == "onnx":
         from reltrain.inference.onnx import _require
 

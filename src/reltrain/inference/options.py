@@ -1,5 +1,7 @@
-"""``ServeOptions``: every setting of ``reltrain serve``, its default, flag and help once, checked
-once (the command line's parser is built from it: reltrain/options.py)."""
+"""The options of ``reltrain serve`` (``ServeOptions``) and ``reltrain export``
+(``ExportOptions``): every setting, its default, flag and help once, checked once; the command
+line's parser is built from them (reltrain/options.py) and the Python API (``create_app``,
+``export_model``) takes the same objects."""
 
 from __future__ import annotations
 
@@ -66,3 +68,19 @@ class ServeOptions:
                             f"--max-items ({self.max_items}) examples")
         if self.threads < 0:
             raise UserError("threads must be >= 0 (0: the cores shared among the workers)")
+
+
+EXPORT_FORMATS = ("safetensors", "onnx")
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: str = opt(help="a .pt checkpoint, a run directory or an exported folder")
+    out_dir: str = opt(help="a new (or empty) folder", metavar="OUT_DIR")
+    format: str = opt("safetensors", "onnx: also model.onnx, for --runtime onnx (needs "
+                                     "reltrain[onnx])", choices=EXPORT_FORMATS)
+
+    def __post_init__(self):
+        check_choices(format=(self.format, EXPORT_FORMATS))
+        if not str(self.out_dir).strip():
+            raise UserError("OUT_DIR must name the folder to write")
