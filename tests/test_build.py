@@ -150,9 +150,11 @@ def test_every_rank_maps_the_same_cache_files(tmp_path, small_en):
         "ctx = D.setup('cpu', cfg.dist)\n"
         "with ctx.main_first():\n    prepared = prepare(cfg.data)\n"
         "train = prepared.splits['train']\n"
-        # one write per line: print's pieces from two ranks could interleave on the pipe
-        "print('RANK ' + json.dumps([ctx.rank, str(train.folder), isinstance(train.token_ids, np.memmap),"
-        " prepared.reused, int(train.token_ids.sum())]))\n"
+        # one write per line, newline included: print writes the text and its end separately
+        # (unbuffered under the workers' PYTHONUNBUFFERED), so two ranks' lines could interleave
+        "sys.stdout.write('RANK ' + json.dumps([ctx.rank, str(train.folder),"
+        " isinstance(train.token_ids, np.memmap), prepared.reused, int(train.token_ids.sum())])"
+        " + '\\n')\n"
         "D.teardown(ctx)\n")
     result = ok(torchrun(2, str(script), *data_overrides(small_en), f"data.cache_dir={tmp_path / 'c'}"))
     ranks = sorted(json.loads(line.split("RANK ", 1)[1]) for line in result.stdout.splitlines()

@@ -19,6 +19,9 @@ from contextlib import ExitStack
 log = logging.getLogger(__name__)
 
 _HEADER = 8  # a frame is its length (8 bytes, little-endian), then a pickle
+# How a child runs a call: fn(*args); the same, keeping the result as the child's state (its
+# answer is None); or fn(state, *args).
+_PLAIN, _KEEP, _WITH_STATE = 0, 1, 2
 _live: set = set()  # this process's children not yet closed
 _peak_kb = 0  # the most their peaks (each with its own children's) summed to while they ran together
 
@@ -48,8 +51,8 @@ class Child:
         if setup is not None:
             self.send(setup, *args)
 
-    def send(self, fn: Callable, *args) -> None:
-        self._write((fn, args))
+    def send(self, fn: Callable, *args, mode: int = _PLAIN) -> None:
+        self._write((fn, args, mode))
         self.pending += 1
 
     def _write(self, value) -> None:
@@ -136,19 +139,21 @@ def default_workers(local_processes: int = 1) -> int:
 
 def ordered_map(fn: Callable, items: Iterable, workers: int, setup: Callable | None = None,
                 setup_args: tuple = (), stop: Callable[[], None] | None = None) -> Iterator:
-    """``fn(item)`` for each item in ``workers`` children that first run ``setup(*setup_args)``,
-    yielded in input order: item i goes to child i % workers, at most two per child in flight."""
+    """``fn(item)`` for each item in ``workers`` children, yielded in input order: item i goes to
+    child i % workers, at most two per child in flight. With ``setup``, each child first runs
+    ``state = setup(*setup_args)`` (a loaded model, a tokenizer) and then ``fn(state, item)``."""
+    mode = _PLAIN if setup is None else _WITH_STATE
     with ExitStack() as stack:
         pool = [stack.enter_context(Child()) for _ in range(workers)]
         if setup is not None:
             for child in pool:
-                child.send(setup, *setup_args)
+                child.send(setup, *setup_args, mode=_KEEP)
             for child in pool:
                 child.receive(stop)  # set up in parallel, or its error raised here
         pending: deque = deque()
         for index, item in enumerate(items):
             child = pool[index % workers]
-            child.send(fn, item)
+            child.send(fn, item, mode=mode)
             pending.append(child)
             if len(pending) > 2 * workers:
                 yield pending.popleft().receive(stop)
@@ -178,12 +183,16 @@ def _serve(result_fd: int) -> None:
     # Calls are read as they come, so the parent's writes never wait on a busy child.
     threading.Thread(target=_read_calls, args=(sys.stdin.buffer, calls), daemon=True).start()
     sys.path[:] = pickle.loads(calls.get())
+    state = None  # what a _KEEP call returned
     with open(result_fd, "wb") as out:
         while True:
             call = calls.get()
             try:
-                fn, args = pickle.loads(call)
-                result = (True, fn(*args))
+                fn, args, mode = pickle.loads(call)
+                value = fn(state, *args) if mode == _WITH_STATE else fn(*args)
+                if mode == _KEEP:
+                    state, value = value, None
+                result = (True, value)
             except Exception as exc:
                 result = (False, exc)
             try:

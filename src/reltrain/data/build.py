@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 from contextlib import closing
 from dataclasses import dataclass
+from functools import partial
 from itertools import chain, islice
 from pathlib import Path
 
@@ -19,7 +20,6 @@ from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.errors import DataError
 
 CHUNK_ROWS = 4096  # rows a worker takes at a time: its first chunk also holds the sample checked
-_TOKENIZE = None  # this process's tokenizer (set by _setup)
 
 
 @dataclass
@@ -37,17 +37,17 @@ class Spec:
         return not self.lm_folder
 
 
-def _setup(spec: Spec) -> None:
-    global _TOKENIZE
+def _setup(spec: Spec):
+    """A worker's tokenizer, which it keeps and passes to each ``_encode_chunk``."""
     if spec.words:
         from reltrain.data.tokenize import Tokenizer
 
-        _TOKENIZE = Tokenizer.from_config(spec.data_cfg)
-    else:
-        from reltrain.data.lm import LMTokenizer
+        return Tokenizer.from_config(spec.data_cfg)
+    from reltrain.data.lm import LMTokenizer
 
-        _TOKENIZE = LMTokenizer.from_folder(spec.lm_folder, spec.lm_types)
-        _TOKENIZE.add_chars(spec.lm_added or [])
+    tokenize = LMTokenizer.from_folder(spec.lm_folder, spec.lm_types)
+    tokenize.add_chars(spec.lm_added or [])
+    return tokenize
 
 
 def token_hash(token: str) -> int:
@@ -55,7 +55,7 @@ def token_hash(token: str) -> int:
                           signed=True)
 
 
-def _encode_chunk(job: tuple) -> dict:
+def _encode_chunk(tokenize, job: tuple) -> dict:
     """Parse and tokenize one chunk of rows; a bad row is raised, or listed with ``skip``."""
     path, rows, labels, max_len, words, skip, sample = job
     known = set(labels) if labels is not None else None
@@ -70,7 +70,7 @@ def _encode_chunk(job: tuple) -> dict:
                 raise
             out["skipped"].append(str(exc))
             continue
-        tok = _TOKENIZE(record, max_len)
+        tok = tokenize(record, max_len)
         tokens.extend(tok.tokens)
         out["lengths"].append(len(tok.tokens))
         out["spans"].append((*tok.head, *tok.tail))
@@ -264,8 +264,7 @@ def _encoded(spec: Spec, jobs, workers: int, progress: bool, desc: str):
     first = list(islice(jobs, 2))
     jobs = chain(first, jobs)
     if len(first) < 2 or workers <= 1:
-        _setup(spec)
-        results = map(_encode_chunk, jobs)
+        results = map(partial(_encode_chunk, _setup(spec)), jobs)
     else:
         results = children.ordered_map(_encode_chunk, jobs, workers, _setup, (spec,))
     try:

@@ -5,11 +5,8 @@ the workers tokenize; ``lm`` models predict in the main process."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from functools import partial
 
 from reltrain import children
-
-_PREDICTOR = None  # this worker's own predictor (set by _load)
 
 
 def mode(predictor, workers: int) -> str:
@@ -19,22 +16,18 @@ def mode(predictor, workers: int) -> str:
     return "predict" if predictor.device.type == "cpu" else "encode"
 
 
-def _load(path: str, runtime: str, amp: str) -> None:
+def _load(path: str, runtime: str, amp: str):
+    """A worker's own predictor, which it keeps and passes to each call."""
     import torch
 
     from reltrain.inference.predictor import Predictor
 
-    global _PREDICTOR
     torch.set_num_threads(1)  # one process per core does the parallel work
-    _PREDICTOR = Predictor.from_checkpoint(path, device="cpu", runtime=runtime, amp=amp)
-
-
-def _call(fn: Callable, item):
-    return fn(_PREDICTOR, item)
+    return Predictor.from_checkpoint(path, device="cpu", runtime=runtime, amp=amp)
 
 
 def ordered_map(fn: Callable, items: Iterable, source: tuple[str, str, str], workers: int,
                 stop: Callable[[], None] | None = None) -> Iterator:
     """``fn(predictor, item)`` for each item, in input order, in ``workers`` processes that each
     load the predictor from ``source`` (path, runtime, amp); ``fn`` must be module-level."""
-    return children.ordered_map(partial(_call, fn), items, workers, _load, source, stop)
+    return children.ordered_map(fn, items, workers, _load, source, stop)
