@@ -4,6 +4,7 @@ directory with only best.pt, standard input, options that contradict each other.
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -12,7 +13,8 @@ import pytest
 
 from reltrain.cli import main
 
-from conftest import SCRATCH, cli_error, data_overrides, ok, read_jsonl, run_cli, user_error
+from conftest import (SCRATCH, WORKER_ENV, cli_error, data_overrides, ok, read_jsonl, run_cli,
+                      user_error)
 
 pytestmark = pytest.mark.slow
 
@@ -100,7 +102,8 @@ def test_predict_reads_standard_input(run_dir, small_en, zh_csv, tmp_path, kind)
     ok(run_cli("predict", model, source, "--output", str(tmp_path / "file.jsonl")))
     with open(source, "rb") as stdin:
         piped = subprocess.run([sys.executable, "-m", "reltrain", "predict", model, "-"],
-                               stdin=stdin, capture_output=True, cwd=SCRATCH, timeout=120)
+                               stdin=stdin, capture_output=True, cwd=SCRATCH, timeout=120,
+                               env={**os.environ, **WORKER_ENV})  # run_cli's thread count
     assert piped.returncode == 0, piped.stderr.decode()
     got = [json.loads(line) for line in piped.stdout.decode().splitlines()]
     assert got == read_jsonl(tmp_path / "file.jsonl")

@@ -10,7 +10,7 @@ import torch
 import reltrain
 from reltrain.cli import main
 
-from conftest import cli_error, data_overrides, read_jsonl, run_cli, user_error
+from conftest import assert_same_predictions, cli_error, data_overrides, read_jsonl, run_cli, user_error
 
 
 @pytest.fixture(scope="session")
@@ -307,7 +307,7 @@ def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained
     assert run_predict(ckpt, str(data), output=str(whole), skip_bad_rows=True, workers=0) == 30
     assert run_predict(ckpt, str(data), output=str(chunked), skip_bad_rows=True, chunk_rows=7,
                        workers=2) == 30  # tokenized in two worker processes
-    assert whole.read_bytes() == chunked.read_bytes()
+    assert_same_predictions(whole, chunked)  # other rows share a batch: scores to ~1e-7
     rows = read_jsonl(chunked)
     assert rows[4] == {"line": 5, "error": rows[4]["error"]} and "invalid JSON" in rows[4]["error"]
     assert rows[11]["line"] == 12 and "h.pos" in rows[11]["error"]

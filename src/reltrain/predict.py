@@ -41,7 +41,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     try:
         ctx = D.setup(o.device, DistConfig())
         # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
-        # rank 0 writes them in input order: the same bytes as one process.
+        # rank 0 writes them in input order: the rows meet in the same batches as in one process.
         predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=o.runtime,
                                               amp=o.amp)
         if ctx.is_main:
