@@ -37,8 +37,9 @@ from reltrain.data.inputs import text_encoder  # noqa: E402
 from reltrain.data.preprocess import prepare_run  # noqa: E402
 from reltrain.models import build_model  # noqa: E402
 from reltrain import distributed as D  # noqa: E402
-from reltrain.training.optim import (build_loss, build_optimizer, build_schedule,  # noqa: E402
-                                    resolve_precision, sparse_embedding)
+from reltrain.precision import resolve as resolve_precision  # noqa: E402
+from reltrain.training.optim import (Schedule, build_loss, build_optimizer,  # noqa: E402
+                                    sparse_embedding)
 from reltrain.training.trainer import Trainer  # noqa: E402
 
 AMP = {"off": None, "bf16": torch.bfloat16}
@@ -93,10 +94,11 @@ def measure_train(cfg, prepared, sets, model, seconds: float, min_steps: int = 1
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 bucket=cfg.data.bucket)
     sparse, _ = sparse_embedding(cfg.train.sparse_embeddings, model, cfg.train, ctx)  # as training
-    optimizer = build_optimizer(model, cfg.train, sparse)
-    schedule = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
+    pretrained = cfg.model.pretrained_encoder
+    optimizer = build_optimizer(model, cfg.train, sparse, pretrained=pretrained)
+    schedule = Schedule(optimizer, cfg.train, sampler.num_batches, pretrained)
     loss = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels))
-    precision = resolve_precision(cfg.train.amp, ctx.device, model)
+    precision = resolve_precision(cfg.train.amp, ctx.device, pretrained)
     trainer = Trainer(model, optimizer, schedule, loss, None, None, prepared.labels, cfg.train,
                       None, ctx, precision=precision, scaler=torch.amp.GradScaler("cpu", enabled=False))
     opt_time = [0.0]
@@ -151,7 +153,7 @@ def measure_predict(cfg, sets, model, batch: int, amp: str, seconds: float) -> d
     order = eval_batches(split.lengths, batch)
     batches = [collate_batch(split.__getitems__(idx)) for idx in order]
 
-    precision = resolve_precision(amp, torch.device("cpu"), model)
+    precision = resolve_precision(amp, torch.device("cpu"), cfg.model.pretrained_encoder)
 
     def run():
         with precision.autocast(torch.device("cpu")):

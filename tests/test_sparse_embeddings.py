@@ -64,7 +64,7 @@ def test_only_the_rows_a_step_used_move_and_the_state_round_trips():
     model = Tiny()
     word, how = sparse_embedding("auto", model, cfg, ctx)
     assert word is model.embed.word and "sparse" in how
-    opt = build_optimizer(model, cfg, word)
+    opt = build_optimizer(model, cfg, word, pretrained=False)
     before = word.weight.detach().clone()
     model(torch.tensor([[3, 4]])).sum().backward()
     clip_gradients(model.parameters(), 5.0)
@@ -74,24 +74,25 @@ def test_only_the_rows_a_step_used_move_and_the_state_round_trips():
     assert moved == [3, 4]
     state = opt.state_dict()
     assert "sparse" in state
-    again = build_optimizer(model, cfg, word)
+    again = build_optimizer(model, cfg, word, pretrained=False)
     again.load_state_dict(state)
     assert again.state_dict()["sparse"]["state"][0]["step"] == 1
-    dense = build_optimizer(model, cfg, None)
+    dense = build_optimizer(model, cfg, None, pretrained=False)
     with pytest.raises(ValueError, match="sparse embedding updates"):
         dense.load_state_dict(state)
     assert isinstance(opt, Optimizers) and opt.param_groups is opt.dense.param_groups
 
 
 def test_the_schedule_sets_one_learning_rate_for_both():
-    from reltrain.training.optim import build_schedule
+    from reltrain.training.optim import Schedule
 
     cfg = SimpleNamespace(lr=0.1, weight_decay=0.0, schedule="plateau", lr_factor=0.5,
                           lr_patience=0, epochs=3, warmup_ratio=0.1)
     ctx = SimpleNamespace(device=torch.device("cpu"), world_size=1, backend=None)
     model = Tiny()
-    opt = build_optimizer(model, cfg, sparse_embedding("true", model, cfg, ctx)[0])
-    schedule = build_schedule(opt, cfg, 10, model)
+    word = sparse_embedding("true", model, cfg, ctx)[0]
+    opt = build_optimizer(model, cfg, word, pretrained=False)
+    schedule = Schedule(opt, cfg, 10, pretrained=False)
     for metric in (0.5, 0.4, 0.3):
         schedule.after_epoch(metric)
     assert opt.sparse.param_groups[0]["lr"] == opt.dense.param_groups[0]["lr"] < 0.1

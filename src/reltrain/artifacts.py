@@ -62,7 +62,7 @@ class Artifact:
         """Check every field prediction and export read; ``where`` names the file in errors."""
         config = config_from_dict(config, where)
         labels, weights = _labels(labels, where), _weights(weights, where)
-        if config.model.name == "lm":
+        if config.model.pretrained_encoder:
             if not lm or hf_config is None:
                 raise UserError(f"{where}: a pretrained-encoder model without its tokenizer "
                                 f"files or encoder config")

@@ -97,6 +97,12 @@ class ModelConfig:
     transformer: TransformerConfig = field(default_factory=TransformerConfig)
     lm: LMConfig = field(default_factory=LMConfig)
 
+    @property
+    def pretrained_encoder(self) -> bool:
+        """A pretrained encoder (``lm``): AdamW with its own learning rate, the linear schedule
+        under ``auto``, bf16 where the device computes it, its own tokenizer."""
+        return self.name == "lm"
+
 
 @dataclass
 class TrainConfig:

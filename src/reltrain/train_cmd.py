@@ -35,8 +35,8 @@ from reltrain.training.checkpoint import Checkpointer, load_model_weights, seed_
 from reltrain.training.evaluation import evaluate
 from reltrain.data.schema import negative_index
 from reltrain.training.metrics import confusion, format_report, headline, resolve_select
-from reltrain.training.optim import (build_loss, build_optimizer, build_schedule, sparse_embedding,
-                                    resolve_precision)
+from reltrain.precision import resolve as resolve_precision
+from reltrain.training.optim import Schedule, build_loss, build_optimizer, sparse_embedding
 from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (Resumed, describe_resume, find_resume, load_best_weights,
                                       run_complete)
@@ -180,9 +180,10 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
     if ctx.is_main:
         log.info("%s", how)
     model = D.wrap(model, ctx, cfg.dist.find_unused_parameters)
-    optimizer = build_optimizer(model, cfg.train, sparse)
-    scheduler = build_schedule(optimizer, cfg.train, sampler.num_batches, model)
-    precision = resolve_precision(cfg.train.amp, ctx.device, model)
+    pretrained = cfg.model.pretrained_encoder
+    optimizer = build_optimizer(model, cfg.train, sparse, pretrained=pretrained)
+    scheduler = Schedule(optimizer, cfg.train, sampler.num_batches, pretrained)
+    precision = resolve_precision(cfg.train.amp, ctx.device, pretrained)
     if ctx.is_main:
         log.info(precision.describe())
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)

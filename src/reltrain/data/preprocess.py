@@ -244,7 +244,7 @@ PREPROCESSING = "while preprocessing; nothing to save"  # the stop point's name 
 def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None,
                 local_processes: int = 1) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
-    lm = cfg.model.name == "lm"
+    lm = cfg.model.pretrained_encoder
     return prepare(cfg.data, progress, lm_folder=cfg.model.lm.pretrained if lm else "",
                    lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars,
                    stop=stop, local_processes=local_processes)

@@ -11,7 +11,7 @@ from reltrain import children
 
 def mode(predictor, workers: int) -> str:
     """``predict`` (whole chunks in workers), ``encode`` (tokenize in workers) or ``main``."""
-    if workers <= 0 or predictor.config.model.name == "lm":
+    if workers <= 0 or predictor.config.model.pretrained_encoder:
         return "main"
     return "predict" if predictor.device.type == "cpu" else "encode"
 

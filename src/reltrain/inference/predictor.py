@@ -64,7 +64,7 @@ class Predictor:
                                 f"{len(labels)} labels")
             model, precision = onnx, Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
-            precision = resolve_precision(amp, device, config.model.name == "lm")
+            precision = resolve_precision(amp, device, config.model.pretrained_encoder)
             model = build_checked_model(artifact, encoder.size, encoder.added_tokens, where)
         predictor = cls(model.to(device), config, labels, encoder, device, precision)
         predictor.card = {"test": artifact.test, "best": artifact.best}
@@ -122,7 +122,7 @@ class Predictor:
     def split_probabilities(self, split: Split, batch_size: int | None = None,
                             progress: bool = False) -> np.ndarray:
         """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``:
-        128 on a CPU (the CNN's fastest here: batches of 256 were 4-12% slower), 256 on a GPU."""
+        128 on a CPU (the CNN's fastest, docs/benchmarks.md), 256 on a GPU."""
         data = self.split_dataset(split)
         batch_size = batch_size or (128 if self.device.type == "cpu" else 256)
         return predict_probs(self.model, data, batch_size, self.device, self.precision, progress)

@@ -47,18 +47,19 @@ class Optimizers:
             self.sparse.load_state_dict(sparse)
 
 
-def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = None) -> Optimizers:
+def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = None, *,
+                    pretrained: bool) -> Optimizers:
     """Adam for reltrain's own encoders; AdamW with an encoder LR for a pretrained one;
     SparseAdam for ``sparse``, an embedding whose gradients are sparse."""
     lazy = [sparse.weight] if sparse is not None else []
     named = [(n, p) for n, p in model.named_parameters()
              if p.requires_grad and not any(p is q for q in lazy)]
     device = named[0][1].device.type if named else "cpu"
-    # The fused kernel updates all parameters in one pass (about 10% of a CNN step on CPU);
-    # it exists on CPU from torch 2.4 and on CUDA, and gives the same update as the loop.
+    # The fused kernel updates all parameters in one pass, a measurable share of a CNN step
+    # (docs/benchmarks.md); it exists on CPU from torch 2.4 and on CUDA, the same update.
     fused = {"fused": True} if _fused_supported(device) else {}
     rows = torch.optim.SparseAdam(lazy, lr=train_cfg.lr) if lazy else None
-    if not _is_pretrained(model):
+    if not pretrained:
         return Optimizers(torch.optim.Adam([p for _, p in named], lr=train_cfg.lr,
                                            weight_decay=train_cfg.weight_decay, **fused), rows)
     groups: dict[tuple, list] = {}
@@ -124,12 +125,6 @@ def clip_gradients(params, max_norm: float) -> None:
             values.mul_(scale.to(values.device))
 
 
-def _is_pretrained(model: nn.Module) -> bool:
-    from reltrain.distributed import unwrap
-
-    return hasattr(getattr(unwrap(model), "encoder", None), "config")
-
-
 def _fused_supported(device: str) -> bool:
     if device not in ("cpu", "cuda"):
         return False
@@ -146,8 +141,7 @@ class Schedule:
 
     def __init__(self, optimizers: Optimizers, train_cfg, steps_per_epoch: int, pretrained: bool):
         optimizer, self.optimizers = optimizers.dense, optimizers
-        kind = train_cfg.schedule
-        self.per_step = kind == "linear" or (kind == "auto" and pretrained)
+        self.per_step = linear_schedule(train_cfg, pretrained)
         if self.per_step:
             total = max(steps_per_epoch * train_cfg.epochs, 1)
             warmup = int(total * train_cfg.warmup_ratio)
@@ -179,8 +173,9 @@ class Schedule:
         self.scheduler.load_state_dict(state)
 
 
-def build_schedule(optimizer, train_cfg, steps_per_epoch: int, model: nn.Module) -> Schedule:
-    return Schedule(optimizer, train_cfg, steps_per_epoch, _is_pretrained(model))
+def linear_schedule(train_cfg, pretrained: bool) -> bool:
+    """Whether the LR follows warm-up and linear decay, stepped per optimizer step."""
+    return train_cfg.schedule == "linear" or (train_cfg.schedule == "auto" and pretrained)
 
 
 class GlobalBatchLoss(nn.Module):
@@ -214,10 +209,3 @@ def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> GlobalBa
     weights = np.zeros(num_labels)
     weights[seen] = counts.sum() / (seen.sum() * counts[seen])
     return GlobalBatchLoss(torch.tensor(weights, dtype=torch.float32))
-
-
-def resolve_precision(setting: str, device: torch.device, model: nn.Module):
-    """train.amp for this model on this device (see reltrain/precision.py)."""
-    from reltrain.precision import resolve
-
-    return resolve(setting, device, _is_pretrained(model))

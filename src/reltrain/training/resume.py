@@ -13,6 +13,7 @@ from reltrain.checkpoint_format import Checkpoint, RunIdentity, TrainState, load
 from reltrain.config import Config, to_dict
 from reltrain.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
+from reltrain.training.optim import linear_schedule
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ def _note_applied_changes(was, cfg: Config, state: TrainState) -> None:
     if was.epochs != t.epochs and not run_complete(state, t.epochs):
         log.info("train.epochs changed from %s to %d: training on to epoch %d", was.epochs,
                  t.epochs, t.epochs)
-        if t.schedule == "linear" or (t.schedule == "auto" and cfg.model.name == "lm"):
+        if linear_schedule(t, cfg.model.pretrained_encoder):
             log.warning("the linear learning-rate schedule now decays over %d epochs: the run "
                         "matches neither the old nor the new length run uninterrupted", t.epochs)
     if was.early_stopping != t.early_stopping:

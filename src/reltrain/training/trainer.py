@@ -79,7 +79,7 @@ class Trainer:
                    disable=not self.progress, leave=False)
         # A stop request is voted on over all ranks in the background during the next step, so
         # every rank stops after the same step. Under DDP the vote runs every 8 steps only: even a
-        # tiny extra collective per step cost about 10% of CPU scaling efficiency.
+        # tiny extra collective per step cost CPU scaling efficiency (docs/benchmarks.md).
         vote = None
         for step in bar:
             total += self._run_step(step, state.step)
