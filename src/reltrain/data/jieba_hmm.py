@@ -63,27 +63,30 @@ def _cut():
             nE, pE = (b, 1) if b >= a else (a, 0)
             vB, vM, vE, vS = nB, nM, nE, nS
             back.append((pB, pM, pE, pS))
-        # States 0..3 are B, M, E, S; the path ends in S or E. Read back, then into words as
-        # finalseg.__cut reads it (also any path its ties could give: a trailing B or M is one
-        # word, an E after an S runs from the last B or the start).
-        state = 3 if vS >= vE else 2
-        states = [state]
-        for step in reversed(back):
-            state = step[state]
-            states.append(state)
-        states.reverse()
-        out, begin, nexti = [], 0, 0
-        for i, state in enumerate(states):
-            if state == 0:
-                begin = i
-            elif state == 2:
-                out.append(run[begin:i + 1])
-                nexti = i + 1
-            elif state == 3:
-                out.append(run[i])
-                nexti = i + 1
-        if nexti < len(run):
-            out.append(run[nexti:])
-        return out
+        return _words(run, back, 3 if vS >= vE else 2)  # the path ends in S or E
 
     return fast_cut
+
+
+def _words(run: str, back: list[tuple[int, int, int, int]], state: int) -> list[str]:
+    """The best path, ending in ``state`` (0..3: B, M, E, S), read back through ``back``, then
+    into words as finalseg.__cut reads it (also any path its ties could give: a trailing B or M
+    is one word, an E after an S runs from the last B or the start)."""
+    states = [state]
+    for step in reversed(back):
+        state = step[state]
+        states.append(state)
+    states.reverse()
+    out, begin, nexti = [], 0, 0
+    for i, state in enumerate(states):
+        if state == 0:
+            begin = i
+        elif state == 2:
+            out.append(run[begin:i + 1])
+            nexti = i + 1
+        elif state == 3:
+            out.append(run[i])
+            nexti = i + 1
+    if nexti < len(run):
+        out.append(run[nexti:])
+    return out
