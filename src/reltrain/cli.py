@@ -8,11 +8,13 @@ import sys
 from contextlib import contextmanager
 
 from reltrain.command_options import EvaluateOptions, PredictOptions
-from reltrain.config import AMP_SETTINGS, RUNTIMES
+from reltrain.compare_cmd import CompareOptions
 from reltrain.errors import Preempted, UserError
 from reltrain.inference.options import ExportOptions, ServeOptions
+from reltrain.inspect_cmd import InspectOptions
 from reltrain.launch import adopt_local_rank_flag, first_rank
 from reltrain.options import add_to, from_args
+from reltrain.report_cmd import ReportOptions
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -43,52 +45,27 @@ def _parser() -> argparse.ArgumentParser:
         # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank (older).
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
-    p = sub.add_parser("inspect", help="check data before training: repeated rows, test "
-                                       "sentences also in train, untrained relations, balance")
-    p.add_argument("files", nargs="+", metavar="DATA",
-                   help="the training file first, then others (valid, test) to compare with it")
-    p.add_argument("--labels", default="", metavar="FILE", help="the label file (relation.csv)")
-    p.add_argument("--json", dest="as_json", action="store_true", help="the report as JSON")
-    p = sub.add_parser("report", help="one offline HTML page of runs: figures, curves, F1 per "
-                                      "relation, confusion matrix, misclassified rows")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--output", default="report.html", metavar="FILE",
-                   help="the page to write (default report.html)")
-    p = sub.add_parser("compare", help="finished runs side by side: test figures, F1 per "
-                                       "relation, the options that differ")
-    p.add_argument("runs", nargs="+", metavar="RUN_DIR")
-    p.add_argument("--json", dest="as_json", action="store_true", help="the comparison as JSON")
-    p = sub.add_parser("evaluate", help="metrics of a checkpoint on a labelled file (JSON)")
-    add_to(p, EvaluateOptions)
-    _common(p)
-    p = sub.add_parser("predict", help="label a file or one sentence (JSON lines)")
-    add_to(p, PredictOptions)
-    _common(p)
-    p = sub.add_parser("export", help="write a shareable model folder (safetensors + JSON + card)",
-                       description="Write CHECKPOINT as a folder: model.safetensors, config.json "
-                                   "(id2label), the vocabulary or tokenizer files, README.md.")
-    add_to(p, ExportOptions)
-    p = sub.add_parser("serve", help="an HTTP JSON API with micro-batching (needs reltrain[serve])",
-                       description="POST /predict (one example or a list), GET /health, GET /model. "
-                                   "Concurrent requests are predicted in shared batches.")
-    add_to(p, ServeOptions)
-    _model_args(p)
+    for name, options, text, *description in _COMMANDS:
+        add_to(sub.add_parser(name, help=text, description=(description or [None])[0]), options)
     return parser
 
 
-def _model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--device", default="cpu", help="cpu, cuda, cuda:N or auto (default: cpu)")
-    p.add_argument("--runtime", choices=RUNTIMES, default="torch",
-                   help="onnx: run an exported folder's model.onnx with onnxruntime")
-    p.add_argument("--amp", choices=AMP_SETTINGS, default="auto",
-                   help="compute precision, as train.amp (auto: bf16 for a pretrained encoder "
-                        "where the GPU or CPU has bf16 arithmetic, else fp32)")
-
-
-def _common(p: argparse.ArgumentParser) -> None:
-    _model_args(p)
-    p.add_argument("--skip-bad-rows", action="store_true",
-                   help="go on past invalid rows (predict: a {\"line\", \"error\"} line in their place)")
+_COMMANDS = (
+    ("inspect", InspectOptions, "check data before training: repeated rows, test sentences also "
+                                "in train, untrained relations, balance"),
+    ("report", ReportOptions, "one offline HTML page of runs: figures, curves, F1 per relation, "
+                              "confusion matrix, misclassified rows"),
+    ("compare", CompareOptions, "finished runs side by side: test figures, F1 per relation, the "
+                                "options that differ"),
+    ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)"),
+    ("predict", PredictOptions, "label a file or one sentence (JSON lines)"),
+    ("export", ExportOptions, "write a shareable model folder (safetensors + JSON + card)",
+     "Write CHECKPOINT as a folder: model.safetensors, config.json (id2label), the vocabulary "
+     "or tokenizer files, README.md."),
+    ("serve", ServeOptions, "an HTTP JSON API with micro-batching (needs reltrain[serve])",
+     "POST /predict (one example or a list), GET /health, GET /model. Concurrent requests are "
+     "predicted in shared batches."),
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -178,17 +155,17 @@ def _dispatch(args) -> int:
         else:
             run_train(cfg)
     elif args.command == "report":
-        from reltrain.report_cmd import ReportOptions, run_report
+        from reltrain.report_cmd import run_report
 
-        run_report(ReportOptions(args.runs, args.output))
+        run_report(from_args(ReportOptions, args))
     elif args.command == "compare":
-        from reltrain.compare_cmd import CompareOptions, run_compare
+        from reltrain.compare_cmd import run_compare
 
-        run_compare(CompareOptions(args.runs, args.as_json))
+        run_compare(from_args(CompareOptions, args))
     elif args.command == "inspect":
-        from reltrain.inspect_cmd import InspectOptions, run_inspect
+        from reltrain.inspect_cmd import run_inspect
 
-        run_inspect(InspectOptions(args.files, args.labels, args.as_json))
+        run_inspect(from_args(InspectOptions, args))
     elif args.command == "export":
         from reltrain.inference.export import export_model
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
+from reltrain.config import SWITCH, check_choices
 from reltrain.errors import UserError
-from reltrain.options import opt
+from reltrain.options import ModelOptions, opt
 
 _MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
 
 
 @dataclass
-class PredictOptions:
+class PredictOptions(ModelOptions):
     checkpoint: str = opt(help=_MODEL)
     data: str | None = opt(None, ".csv or .jsonl (relation column optional); - reads standard "
                                  "input (JSON lines if its first row is an object, else CSV)",
@@ -38,13 +38,11 @@ class PredictOptions:
                           metavar="N")
     devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "
                           "same output as one)", metavar="N")
-    # --device, --runtime, --amp and --skip-bad-rows as evaluate takes them (cli._common)
-    device: str = "cpu"
-    runtime: str = "torch"
-    amp: str = "auto"
-    skip_bad_rows: bool = False
+    skip_bad_rows: bool = opt(False, "go on past invalid rows: a {\"line\", \"error\"} line "
+                                     "in their place")
 
     def __post_init__(self):
+        super().__post_init__()
         for name in ("top_k", "chunk_rows"):
             if getattr(self, name) < 1:
                 raise UserError(f"--{name.replace('_', '-')} must be at least 1, not "
@@ -52,8 +50,7 @@ class PredictOptions:
         for name in ("workers", "devices"):
             if (getattr(self, name) or 0) < 0:
                 raise UserError(f"--{name} must be >= 0, not {getattr(self, name)}")
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS),
-                      progress=(self.progress, SWITCH))
+        check_choices(progress=(self.progress, SWITCH))
         given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
                  if getattr(self, name) is not None]
         if self.data is not None and given:
@@ -65,7 +62,7 @@ class PredictOptions:
 
 
 @dataclass
-class EvaluateOptions:
+class EvaluateOptions(ModelOptions):
     checkpoint: str = opt(help=_MODEL)
     data: str = opt(help="labelled .csv or .jsonl")
     output: str | None = opt(None, "also write the JSON here", kind=str, metavar="FILE")
@@ -74,15 +71,12 @@ class EvaluateOptions:
     negative_label: str | None = opt(None, "the 'no relation' label for the positive figures "
                                            "(default: the model's eval.negative_label: auto, "
                                            "none or a label)", kind=str, metavar="NAME")
-    # --device, --runtime, --amp and --skip-bad-rows as predict takes them (cli._common)
-    device: str = "cpu"
-    runtime: str = "torch"
-    amp: str = "auto"
-    skip_bad_rows: bool = False
+    skip_bad_rows: bool = opt(False, "go on past invalid rows (each is counted in "
+                                     "skipped_rows)")
     batch_size: int = 256
 
     def __post_init__(self):
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
+        super().__post_init__()
         if self.batch_size < 1:
             raise UserError(f"the batch size must be at least 1, not {self.batch_size}")
         if self.negative_label is not None and not self.negative_label.strip():

@@ -5,10 +5,11 @@ difference to the first run, and the options in which the runs differ."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from reltrain.errors import UserError
+from reltrain.options import opt
 
 MAX_FILE = 64 << 20  # a summary of 10^5 relations is a few MB
 FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", "pos. P"),
@@ -18,8 +19,8 @@ FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", 
 
 @dataclass
 class CompareOptions:
-    runs: list[str] = field(default_factory=list)
-    as_json: bool = False
+    runs: list[str] = opt([], metavar="RUN_DIR")
+    as_json: bool = opt(False, "the comparison as JSON", flag="--json")
 
     def __post_init__(self):
         if len(self.runs) < 2:

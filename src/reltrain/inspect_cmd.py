@@ -3,20 +3,20 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from reltrain.errors import UserError
+from reltrain.options import opt
 
 
 @dataclass
 class InspectOptions:
-    """``files``: the training file first, then any others (validation, test), each compared with
-    it; ``labels``: a label file, whose relations without a training row are named."""
-
-    files: list[str] = field(default_factory=list)
-    labels: str = ""
-    as_json: bool = False
+    files: list[str] = opt([], "the training file first, then others (valid, test) to compare "
+                               "with it", metavar="DATA")
+    labels: str = opt("", "the label file (relation.csv), whose relations without a training "
+                          "row are named", metavar="FILE")
+    as_json: bool = opt(False, "the report as JSON", flag="--json")
 
     def __post_init__(self):
         if not self.files:

@@ -8,10 +8,11 @@ from __future__ import annotations
 import heapq
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from reltrain.errors import UserError
+from reltrain.options import opt
 
 PAGE = Path(__file__).parent / "pages" / "report.html"
 MAX_LINE = 1 << 20  # one line of metrics.jsonl or test_predictions.jsonl
@@ -21,8 +22,8 @@ SHOWN_MISTAKES = 300  # misclassified rows embedded per run (the most confident 
 
 @dataclass
 class ReportOptions:
-    runs: list[str] = field(default_factory=list)
-    output: str = "report.html"
+    runs: list[str] = opt([], metavar="RUN_DIR")
+    output: str = opt("report.html", "the page to write (default report.html)", metavar="FILE")
 
     def __post_init__(self):
         if not self.runs:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
+from reltrain.config import check_choices
 from reltrain.errors import UserError
-from reltrain.options import opt
+from reltrain.options import ModelOptions, opt
 
 
 @dataclass
-class ServeOptions:
+class ServeOptions(ModelOptions):
     model: str = opt(help="an exported folder, a run directory or a .pt checkpoint")
     host: str = opt("127.0.0.1", "address to listen on (default 127.0.0.1; 0.0.0.0 for every "
                                  "interface)")
@@ -41,15 +41,11 @@ class ServeOptions:
                                        "(default 30; a second signal stops at once)", metavar="S")
     access_log: bool = opt(False, "one JSON line per request on stderr (request id, status, time)")
     demo: bool = opt(True, "no demo page at GET / (the JSON API only)")
-    # --device, --runtime and --amp as predict and evaluate take them (cli._model_args)
-    device: str = "cpu"
-    runtime: str = "torch"
-    amp: str = "auto"
     max_body_bytes: int = 1_000_000
     threads: int = 0  # torch threads per process; 0: the cores shared among the workers
 
     def __post_init__(self):
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
+        super().__post_init__()
         for name in ("max_batch", "top_k", "max_items", "max_text_chars", "max_request_chars",
                      "max_body_bytes", "max_queue", "workers", "max_connections"):
             if getattr(self, name) < 1:
