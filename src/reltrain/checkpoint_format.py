@@ -138,15 +138,11 @@ class Checkpoint:
         ``rank % saved ranks``'s."""
         _restore_rng(self.rank_states[rank % len(self.rank_states)]["rng"])
 
-    def best_epoch(self) -> int | None:
-        """The epoch the selection picked (the latest one, where no validation split selects)."""
-        state = self.state if isinstance(self.state, dict) else {}
-        return state["best"]["epoch"] if _best_of_state(state.get("best")) else None
-
     def best(self) -> dict | None:
-        """The selection metric's best ``{"metric", "value", "epoch"}``, when well formed."""
-        state = self.state if isinstance(self.state, dict) else {}
-        return best_metric(state.get("best"))
+        """The state's best, when well formed: ``{"metric", "value", "epoch", ...}``, the metric
+        None where no validation split selects (the latest epoch is the best one)."""
+        best = self.state.get("best") if isinstance(self.state, dict) else None
+        return best if _best_of_state(best) else None
 
 
 def rank_state(progress: EpochProgress) -> dict:

@@ -43,18 +43,11 @@ def read_json(path: Path) -> dict:
 
 
 def run_config(run: Path) -> dict:
+    from reltrain.config import dotted
     from reltrain.config_files import read_config_file
 
     path = run / "config.yaml"
-    return _flat(read_config_file(str(path))) if path.is_file() else {}
-
-
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in tree.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict)
-                   else {f"{prefix}{key}": value})
-    return out
+    return dotted(read_config_file(str(path))) if path.is_file() else {}
 
 
 def config_differences(configs: list[dict]) -> dict:

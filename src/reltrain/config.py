@@ -297,14 +297,18 @@ def _option_error(exc) -> str:
     return f"bad option: {where}{first_line(exc)}"
 
 
-def option_keys(obj=None, prefix: str = "") -> list[str]:
-    """Every dotted option name, as ``key=value`` takes it."""
-    obj, out = (Config() if obj is None else obj), []
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        out += (option_keys(value, f"{prefix}{f.name}.") if dataclasses.is_dataclass(value)
-                else [prefix + f.name])
+def dotted(tree: dict, prefix: str = "") -> dict:
+    """``{"model": {"cnn": {"num_filters": 8}}}`` as ``{"model.cnn.num_filters": 8}``."""
+    out = {}
+    for key, value in tree.items():
+        out.update(dotted(value, f"{prefix}{key}.") if isinstance(value, dict)
+                   else {prefix + key: value})
     return out
+
+
+def option_keys() -> list[str]:
+    """Every dotted option name, as ``key=value`` takes it."""
+    return list(dotted(to_dict(Config())))
 
 
 def describe_options() -> str:

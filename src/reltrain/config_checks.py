@@ -8,8 +8,8 @@ import re
 from pathlib import Path
 
 from reltrain.config import (AMP_SETTINGS, DEVICE_NAMES, SELECT_METRICS, SWITCH, Config,
-                             DataConfig, EvalConfig, ModelConfig, TrainConfig, finite_number,
-                             option_keys)
+                             DataConfig, EvalConfig, ModelConfig, TrainConfig, dotted,
+                             finite_number, to_dict)
 from reltrain.errors import UserError
 
 
@@ -137,15 +137,8 @@ def _check_run(cfg: Config) -> None:
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")
     _check(cfg.ckpt.keep >= 1, "ckpt.keep must be at least 1")
     check_device_name(cfg.device)
-    for key in option_keys(cfg):
-        value = _get(cfg, key)
+    for key, value in dotted(to_dict(cfg)).items():
         _check(not isinstance(value, float) or finite_number(value), f"{key} must be a finite number")
-
-
-def _get(cfg: Config, key: str):
-    for part in key.split("."):
-        cfg = getattr(cfg, part)
-    return cfg
 
 
 def check_device_name(name: str) -> None:

@@ -99,7 +99,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
         _describe(cfg, ctx, prepared, plan)
     parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
-        state = _fit(parts, ctx, run_dir, resumed, stop)
+        state = _fit(parts, ctx, resumed, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
     summary["precision"] = parts.trainer.precision.name
     if "test" in parts.sets:
@@ -217,15 +217,12 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, resumed:
     return model
 
 
-def _fit(parts: _Parts, ctx: D.DistContext, run_dir: Path, resumed: Resumed | None,
-         stop: StopRequest) -> TrainState:
+def _fit(parts: _Parts, ctx: D.DistContext, resumed: Resumed | None, stop: StopRequest) -> TrainState:
     """Restore a resumed run's state, then train the epochs that are left."""
     trainer, state = parts.trainer, TrainState()
     if resumed:
         describe_resume(resumed.checkpoint, ctx)
         state, trainer.partial = trainer.checkpointer.restore(resumed.checkpoint, resumed.path)
-        for cb in parts.callbacks:
-            cb.resume(read_history(run_dir))
         if run_complete(state, trainer.cfg.epochs) and "test" in parts.sets:
             log.info("re-scoring the best checkpoint (epoch %s) on the test set",
                      (state.best or {}).get("epoch"))

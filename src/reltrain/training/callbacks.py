@@ -14,9 +14,6 @@ class Callback:
     def on_epoch_end(self, record: dict, state) -> None:
         pass
 
-    def resume(self, history: list[dict]) -> None:
-        """Called once when a run continues, with the records of its finished epochs."""
-
     def close(self) -> None:
         pass
 
@@ -61,14 +58,12 @@ class MetricsLog(Callback):
 
 class CurvePlots(Callback):
     """``plots/loss.png`` and ``plots/f1.png``, drawn by a child (matplotlib never enters training):
-    after the first epoch, at most every ``every_s`` s, at the end; a failed write only warns."""
+    after the first epoch, at most every ``every_s`` s, at the end; a failed write only warns.
+    ``history``: the records of the epochs a resumed run has finished (its metrics.jsonl)."""
 
-    def __init__(self, directory: Path, every_s: float = 20.0):
-        self.directory, self.history, self.every_s = directory, [], every_s
+    def __init__(self, directory: Path, history: list[dict], every_s: float = 20.0):
+        self.directory, self.history, self.every_s = directory, list(history), every_s
         self.drawn, self.last, self.child = 0, float("-inf"), None
-
-    def resume(self, history):
-        self.history = list(history)
 
     def on_epoch_end(self, record, state):
         self.history.append(record)
@@ -140,17 +135,20 @@ def tensorboard_available() -> bool:
 
 
 def build_callbacks(run_dir: Path, cfg, select: str) -> list[Callback]:
-    """``select``: the validation figure that picks best.pt, as resolved for this data."""
+    """``select``: the validation figure that picks best.pt, as resolved for this data. Built
+    once the run directory is started: a resumed run's metrics.jsonl then holds the epochs it
+    keeps, which is all a callback carries over."""
+    from reltrain.training.run_dir import read_history
+
     callbacks: list[Callback] = [EpochLine(cfg.train.epochs, select),
                                  MetricsLog(run_dir / "metrics.jsonl")]
     if cfg.log.plots:
-        callbacks.append(CurvePlots(run_dir / "plots"))
-    want_tb = cfg.log.tensorboard
-    if want_tb == "true" or (want_tb == "auto" and tensorboard_available()):
-        if not tensorboard_available():
-            from reltrain.errors import UserError
-
-            raise UserError("log.tensorboard=true but tensorboard is not installed: "
-                            "pip install 'reltrain[tensorboard]'")
+        callbacks.append(CurvePlots(run_dir / "plots", read_history(run_dir)))
+    if cfg.log.tensorboard != "false" and tensorboard_available():
         callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
+    elif cfg.log.tensorboard == "true":
+        from reltrain.errors import UserError
+
+        raise UserError("log.tensorboard=true but tensorboard is not installed: "
+                        "pip install 'reltrain[tensorboard]'")
     return callbacks

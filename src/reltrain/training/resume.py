@@ -10,7 +10,7 @@ from typing import NamedTuple
 from reltrain import distributed as D
 from reltrain.artifacts import Artifact, strip_wrapper_prefixes
 from reltrain.checkpoint_format import Checkpoint, RunIdentity, TrainState, load_checkpoint
-from reltrain.config import Config, to_dict
+from reltrain.config import Config, dotted, to_dict
 from reltrain.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.optim import linear_schedule
@@ -83,23 +83,6 @@ _FIXED_FOR_RESUME = {
 }
 
 
-def _check_resumable(ck: Checkpoint, path: Path) -> Artifact:
-    """Every field resuming reads, typed and bounded: the model's own through ``Artifact``, the
-    training parts by the checkpoint's schema."""
-    artifact = Artifact.from_checkpoint(ck, str(path))  # config, labels, vocabulary, weights
-    ck.check_training_parts(str(path))
-    return artifact
-
-
-def _dotted(tree: dict, prefix: str = "") -> dict:
-    """``{"model": {"cnn": {"num_filters": 8}}}`` as ``{"model.cnn.num_filters": 8}``."""
-    out = {}
-    for key, value in tree.items():
-        out.update(_dotted(value, f"{prefix}{key}.") if isinstance(value, dict)
-                   else {prefix + key: value})
-    return out
-
-
 def run_complete(state: TrainState, epochs: int) -> bool:
     """True when a checkpoint's run has nothing left to train with ``train.epochs=epochs``."""
     return state.stopped_early or state.epoch > epochs
@@ -119,9 +102,12 @@ def check_compatible(ck: Checkpoint, path: Path, cfg: Config, identity: RunIdent
     """A checkpoint of another model, vocabulary, label set or recipe is a clear error. Options that
     do not change the result may change; ``train.epochs`` and ``train.early_stopping`` apply from
     here on, with a note; any other change is refused, so ``config.yaml`` says what ran."""
-    old = _check_resumable(ck, path).config
-    was = _dotted(to_dict(old))
-    for key, now in _dotted(to_dict(cfg)).items():
+    # Every field resuming reads, typed and bounded: the model's own through Artifact (config,
+    # labels, vocabulary, weights), the training parts by the checkpoint's schema.
+    old = Artifact.from_checkpoint(ck, str(path)).config
+    ck.check_training_parts(str(path))
+    was = dotted(to_dict(old))
+    for key, now in dotted(to_dict(cfg)).items():
         if (key.startswith("model.") or key in _FIXED_FOR_RESUME) and was.get(key, now) != now:
             raise Mismatch(f"{path}: does not match this run: {key} was {was[key]!r}, now "
                            f"{now!r}; a resumed run continues with the checkpoint's settings (set "
@@ -171,7 +157,7 @@ def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> d
         except UserError as exc:
             log.warning("%s", exc)
             return None
-        best = ck.best_epoch()
+        best = (ck.best() or {}).get("epoch")
         return strip_wrapper_prefixes(ck.model) if best == state.best["epoch"] else None
 
     return ctx.agree(read)

@@ -54,14 +54,11 @@ class RunDirLock:
     def acquire(self) -> None:
         check_run_dir(self.path.parent)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
             import fcntl
-        except OSError as exc:
-            raise UserError(f"cannot write the run directory {self.path.parent}: "
-                            f"{exc.strerror or exc}") from None
         except ImportError:  # not a POSIX system: no locking, as with any other tool there
             return
         try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         except OSError as exc:
             raise UserError(f"cannot write the run directory {self.path.parent}: "
