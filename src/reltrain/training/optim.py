@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.nn as nn
@@ -58,7 +60,7 @@ def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = N
     # The fused kernel updates all parameters in one pass, a measurable share of a CNN step
     # (docs/benchmarks.md); it exists on CPU from torch 2.4 and on CUDA, the same update.
     fused = {"fused": True} if _fused_supported(device) else {}
-    rows = torch.optim.SparseAdam(lazy, lr=train_cfg.lr) if lazy else None
+    rows = RowAdam(lazy, lr=train_cfg.lr) if lazy else None
     if not pretrained:
         return Optimizers(torch.optim.Adam([p for _, p in named], lr=train_cfg.lr,
                                            weight_decay=train_cfg.weight_decay, **fused), rows)
@@ -70,6 +72,34 @@ def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = N
         groups.setdefault((lr, 0.0 if no_decay else train_cfg.weight_decay), []).append(p)
     return Optimizers(torch.optim.AdamW([{"params": ps, "lr": lr, "weight_decay": wd}
                                          for (lr, wd), ps in groups.items()], **fused))
+
+
+class RowAdam(torch.optim.SparseAdam):
+    """``torch.optim.SparseAdam``: its options, state and update, to the bit, with the square
+    root of the second moments taken by numpy on a CPU. On an Intel Xeon (AVX-512, AMX) torch's
+    float32 square root here came out at about 11-bit accuracy on one of the threads in some
+    processes and not in others (the same input, in- or out-of-place), so two runs with the same
+    seed trained two different models (docs/benchmarks.md, "Same seed, same model")."""
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        for group in self.param_groups:
+            beta1, beta2 = group["betas"]
+            for p in (p for p in group["params"] if p.grad is not None):
+                grad = p.grad.coalesce()
+                rows, g = grad._indices()[0], grad._values()
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, exp_avg=torch.zeros_like(p), exp_avg_sq=torch.zeros_like(p))
+                state["step"] += 1
+                m, v = state["exp_avg"][rows], state["exp_avg_sq"][rows]
+                m = m + (g - m) * (1 - beta1)
+                v = v + (g * g - v) * (1 - beta2)
+                state["exp_avg"][rows], state["exp_avg_sq"][rows] = m, v
+                step = state["step"]
+                size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
+                root = torch.from_numpy(np.sqrt(v.numpy())) if v.device.type == "cpu" else v.sqrt()
+                p.index_add_(0, rows, -size * (m / (root + group["eps"])))
 
 
 def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn.Embedding | None, str]:
