@@ -180,7 +180,7 @@ def test_every_bad_request_is_a_4xx_naming_the_field_and_the_server_goes_on(serv
         (json.dumps({**ok, "text": ""}).encode(), 422, "text"),
         (json.dumps({**ok, "text": None}).encode(), 422, "text"),
         (json.dumps({**ok, "text": "x" * 501}).encode(), 422, "text"),
-        (json.dumps({**ok, "tail": "Alice Moreau"}).encode(), 422, "tail"),
+        (json.dumps({**ok, "tail": "Alice Moreau"}).encode(), 422, "tail_offset"),
         (json.dumps({"text": "A B", "h": {"pos": [0, 1]}, "t": {"pos": [2, 9]}}).encode(), 422, "t.pos"),
         (json.dumps({"text": "A B", "entities": [{"pos": [0, 1]}]}).encode(), 422, "entities"),
         (json.dumps({"text": "A B", "entities": "AB"}).encode(), 422, "entities"),

@@ -201,7 +201,7 @@ def test_smaller_user_errors(trained, tmp_path):
     ckpt = str(trained / "checkpoints/best.pt")
     line = user_error(run_cli("predict", ckpt, "--text", "Alice Moreau was born in Dunmore .",
                               "--head", "Alice Moreau", "--tail", "Dunmore", "--tail-offset", "-3"))
-    assert "--tail-offset -3: outside the text" in line
+    assert "--tail-offset: expected a non-negative integer character offset, got -3" in line
     assert "train.early_stopping must be >= 0" in user_error(run_cli("train", "train.early_stopping=-1"))
 
 

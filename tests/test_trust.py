@@ -250,7 +250,7 @@ def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
         model.predict_rows([rows[0], {"text": "a b", "h": {"pos": [0, 9]}, "t": {"pos": [2, 3]}}])
     with pytest.raises(ValueError, match=r"rows\[0\]: expected a JSON object, got str"):
         model.predict_rows(["alice"])
-    with pytest.raises(UserError, match="^head_offset 40: outside the text"):
+    with pytest.raises(UserError, match="^head_offset: head 'alice' at 40..45 lies outside the sentence"):
         model.predict_text(text, head="alice", tail="paris", head_offset=40)
     with pytest.raises(UserError, match="train.epochs"):
         reltrain.train(overrides=["train.epochs=0"])

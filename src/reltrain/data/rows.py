@@ -155,6 +155,9 @@ def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Re
             raise DataError(path, line, f"{role}_offset",
                             f"expected a non-negative integer character offset, got {offset!r}")
         ends.append(entity_at(path, line, text, role, name, offset))
+    if ends[0] == ends[1]:
+        raise DataError(path, line, "tail_offset", f"the head and the tail are the same span "
+                        f"{ends[0].start}..{ends[0].end}: give an offset to tell them apart")
     relation = relation_name(path, line, obj.get("relation"), False)
     return record_of(path, line, text, ends[0], ends[1], relation)
 

@@ -16,7 +16,7 @@ from reltrain.config import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.split import Split, encode_records
-from reltrain.data.schema import Entity, EntitySentence, Record
+from reltrain.data.schema import EntitySentence, Record
 from reltrain.errors import UserError
 from reltrain.precision import FP32, Precision
 from reltrain.precision import resolve as resolve_precision
@@ -246,30 +246,16 @@ def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[d
 
 def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
                 tail_offset: int | None = None, cli: bool = False) -> Record:
-    """A record from a sentence and entity strings; without an offset the first occurrence is
-    used. Errors name the arguments as Python spells them, or with ``cli`` as the flags."""
-    def arg(key: str) -> str:
-        return "--" + key.replace("_", "-") if cli else key
+    """A record from a sentence and entity strings (``rows.pair_record``); without an offset the
+    first occurrence is used. Errors name the arguments as Python spells them, or with ``cli`` as
+    the flags."""
+    from reltrain.data.rows import pair_record
+    from reltrain.errors import DataError
 
-    def locate(role: str, name: str, offset: int | None) -> Entity:
-        if not isinstance(name, str) or not name.strip():
-            raise UserError(f"{arg(role)}: empty entity")
-        if offset is None:
-            offset = text.find(name)
-            if offset < 0:
-                raise UserError(f"{arg(role)} '{name[:80]}' does not occur in the text")
-        if not 0 <= offset <= len(text) - len(name):
-            raise UserError(f"{arg(role + '_offset')} {offset}: outside the text (a character "
-                            f"offset from 0 to {max(len(text) - len(name), 0)} for '{name[:80]}')")
-        if text[offset:offset + len(name)] != name:
-            raise UserError(f"{arg(role + '_offset')} {offset}: the text there is "
-                            f"'{text[offset:offset + len(name)][:80]}', not '{name[:80]}'")
-        return Entity(name, offset, offset + len(name))
-
-    if not isinstance(text, str) or not text.strip():
-        raise UserError(f"{arg('text')} is empty")
-    h, t = locate("head", head, head_offset), locate("tail", tail, tail_offset)
-    if (h.start, h.end) == (t.start, t.end):
-        raise UserError(f"head and tail are the same span; give {arg('head_offset')} / "
-                        f"{arg('tail_offset')}")
-    return Record(text=text, head=h, tail=t, relation=None, source="<command line>")
+    row = {"text": text, "head": head, "tail": tail, "head_offset": head_offset,
+           "tail_offset": tail_offset}
+    try:
+        return pair_record(row, "<command line>")
+    except DataError as exc:
+        name = ("--" + exc.field.replace("_", "-") if cli else exc.field) if exc.field else ""
+        raise UserError(f"{name}: {exc.reason}" if name else exc.reason) from None
