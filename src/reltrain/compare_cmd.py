@@ -25,9 +25,13 @@ class CompareOptions:
     def __post_init__(self):
         if len(self.runs) < 2:
             raise UserError("give two or more run directories to compare")
-        for run in self.runs:
-            if not (Path(run) / "summary.json").is_file():
-                raise UserError(f"{run}: not a finished run directory (no summary.json)")
+        check_finished(self.runs)
+
+
+def check_finished(runs: list[str]) -> None:
+    for run in runs:
+        if not (Path(run) / "summary.json").is_file():
+            raise UserError(f"{run}: not a finished run directory (no summary.json)")
 
 
 def read_json(path: Path) -> dict:

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from reltrain.compare_cmd import check_finished
 from reltrain.errors import UserError
 from reltrain.options import opt
 
@@ -28,9 +29,7 @@ class ReportOptions:
     def __post_init__(self):
         if not self.runs:
             raise UserError("give one or more run directories")
-        for run in self.runs:
-            if not (Path(run) / "summary.json").is_file():
-                raise UserError(f"{run}: not a finished run directory (no summary.json)")
+        check_finished(self.runs)
         if not self.output:
             raise UserError("--output must name the page to write")
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from reltrain import children
-from reltrain.data.readers import check_relation, iter_rows
+from reltrain.data.readers import iter_rows, parse_row
 from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.errors import DataError
 
@@ -62,13 +62,11 @@ def _encode_chunk(tokenize, job: tuple) -> dict:
     out = {"lengths": [], "spans": [], "relations": [], "skipped": [], "truncated": 0, "text": []}
     tokens: list = []
     for line, build in rows:
-        try:
-            record = build()
-            check_relation(record, known, labels, path, line)
-        except DataError as exc:
+        record = parse_row(build, known, labels, path, line)
+        if isinstance(record, DataError):
             if not skip:
-                raise
-            out["skipped"].append(str(exc))
+                raise record
+            out["skipped"].append(str(record))
             continue
         tok = tokenize(record, max_len)
         tokens.extend(tok.tokens)

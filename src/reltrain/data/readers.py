@@ -101,21 +101,21 @@ def iter_records(path: str | Path, labels: list[str] | None = None, *,
     path = str(path)
     known = set(labels) if labels is not None else None
     for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists):
-        try:
-            record = build()
-            check_relation(record, known, labels, path, line)
-        except DataError as exc:
-            yield line, exc
-            continue
-        yield line, record
+        yield line, parse_row(build, known, labels, path, line)
 
 
-def check_relation(record, known: set | None, labels: list[str] | None, path: str,
-                   line: int) -> None:
-    """A relation outside the label set (``known``, None: any) is the row's error."""
+def parse_row(build: Callable, known: set | None, labels: list[str] | None, path: str,
+              line: int) -> Record | EntitySentence | DataError:
+    """What ``build()`` makes of a row, or the row's error; a relation outside the label set
+    (``known``, None: any) is one too."""
+    try:
+        record = build()
+    except DataError as exc:
+        return exc
     if known is not None and record.relation is not None and record.relation not in known:
-        raise DataError(path, line, "relation", f"unknown relation '{record.relation}' (not in "
-                        f"the label set: {_preview(labels)})")
+        return DataError(path, line, "relation", f"unknown relation '{record.relation}' (not in "
+                         f"the label set: {_preview(labels)})")
+    return record
 
 
 def iter_rows(path: str | Path, *, require_relation: bool = True,
