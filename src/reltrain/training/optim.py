@@ -75,14 +75,18 @@ def build_optimizer(model: nn.Module, train_cfg, sparse: nn.Embedding | None = N
 
 
 class RowAdam(torch.optim.SparseAdam):
-    """``torch.optim.SparseAdam``: its options, state and update, to the bit, with the square
-    root of the second moments taken by numpy on a CPU. On an Intel Xeon (AVX-512, AMX) torch's
-    float32 square root here came out at about 11-bit accuracy on one of the threads in some
-    processes and not in others (the same input, in- or out-of-place), so two runs with the same
-    seed trained two different models (docs/benchmarks.md, "Same seed, same model")."""
+    """``torch.optim.SparseAdam``: its options, state and update, with the square root of the
+    second moments taken by numpy on a CPU (IEEE, correctly rounded). On an Intel Xeon (AVX-512,
+    AMX) torch's float32 square root here came out at about 11-bit accuracy on one of the threads
+    in some processes and not in others (the same input, in- or out-of-place), so two runs with
+    the same seed trained two different models (docs/benchmarks.md, "Same seed, same model")."""
 
     @torch.no_grad()
     def step(self, closure=None):
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for p in (p for p in group["params"] if p.grad is not None):
@@ -100,6 +104,7 @@ class RowAdam(torch.optim.SparseAdam):
                 size = group["lr"] * math.sqrt(1 - beta2 ** step) / (1 - beta1 ** step)
                 root = torch.from_numpy(np.sqrt(v.numpy())) if v.device.type == "cpu" else v.sqrt()
                 p.index_add_(0, rows, -size * (m / (root + group["eps"])))
+        return loss
 
 
 def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn.Embedding | None, str]:
