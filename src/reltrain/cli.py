@@ -45,20 +45,20 @@ def _parser() -> argparse.ArgumentParser:
         # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank (older).
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
-    for name, options, text, *description in _COMMANDS:
-        add_to(sub.add_parser(name, help=text, description=(description or [None])[0]), options)
+    for name, options, text, description in _COMMANDS:
+        add_to(sub.add_parser(name, help=text, description=description), options)
     return parser
 
 
 _COMMANDS = (
     ("inspect", InspectOptions, "check data before training: repeated rows, test sentences also "
-                                "in train, untrained relations, balance"),
+                                "in train, untrained relations, balance", None),
     ("report", ReportOptions, "one offline HTML page of runs: figures, curves, F1 per relation, "
-                              "confusion matrix, misclassified rows"),
+                              "confusion matrix, misclassified rows", None),
     ("compare", CompareOptions, "finished runs side by side: test figures, F1 per relation, the "
-                                "options that differ"),
-    ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)"),
-    ("predict", PredictOptions, "label a file or one sentence (JSON lines)"),
+                                "options that differ", None),
+    ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)", None),
+    ("predict", PredictOptions, "label a file or one sentence (JSON lines)", None),
     ("export", ExportOptions, "write a shareable model folder (safetensors + JSON + card)",
      "Write CHECKPOINT as a folder: model.safetensors, config.json (id2label), the vocabulary "
      "or tokenizer files, README.md."),

@@ -94,10 +94,12 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     # batch plan resolved (a new object; the validated one is left as it was).
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
+    history = []  # the finished epochs' metrics a resumed run keeps (rank 0's callbacks)
     if ctx.is_main:
-        start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
+        history = start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)
-    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative)
+    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative,
+                   history)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
         state = _fit(parts, ctx, resumed, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
@@ -160,8 +162,7 @@ def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
 
 def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
            identity: RunIdentity, progress: bool, stop: StopRequest, resumed: Resumed | None,
-           select: str,
-           negative: int | None) -> _Parts:
+           select: str, negative: int | None, history: list[dict]) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
     encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
     sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
@@ -193,7 +194,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
                   data_rows=prepared.meta["rows"], hf_config=model_hf_config(D.unwrap(model)))
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
-    callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
+    callbacks = build_callbacks(run_dir, cfg, select, history) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                       prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
                       every_steps=cfg.ckpt.every_steps, stop=stop, precision=precision,

@@ -134,16 +134,14 @@ def tensorboard_available() -> bool:
     return True
 
 
-def build_callbacks(run_dir: Path, cfg, select: str) -> list[Callback]:
-    """``select``: the validation figure that picks best.pt, as resolved for this data. Built
-    once the run directory is started: a resumed run's metrics.jsonl then holds the epochs it
-    keeps, which is all a callback carries over."""
-    from reltrain.training.run_dir import read_history
-
+def build_callbacks(run_dir: Path, cfg, select: str, history: list[dict]) -> list[Callback]:
+    """``select``: the validation figure that picks best.pt, as resolved for this data;
+    ``history``: the metrics of the epochs a resumed run keeps (``start_run_dir``), all that a
+    callback carries over."""
     callbacks: list[Callback] = [EpochLine(cfg.train.epochs, select),
                                  MetricsLog(run_dir / "metrics.jsonl")]
     if cfg.log.plots:
-        callbacks.append(CurvePlots(run_dir / "plots", read_history(run_dir)))
+        callbacks.append(CurvePlots(run_dir / "plots", history))
     if cfg.log.tensorboard != "false" and tensorboard_available():
         callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
     elif cfg.log.tensorboard == "true":

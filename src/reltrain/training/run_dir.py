@@ -101,8 +101,9 @@ def check_run_dir(run_dir: Path) -> None:
                         f"would write through the link); remove it")
 
 
-def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
-    """Write the resolved config; on resume keep the metrics of the epochs already finished."""
+def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> list[dict]:
+    """Write the resolved config; on resume keep the metrics of the epochs already finished,
+    and return them."""
     from omegaconf import OmegaConf
 
     log_path = run_dir / "metrics.jsonl"
@@ -115,6 +116,7 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
         write_output(str(log_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     except OSError as exc:
         raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
+    return kept
 
 
 def read_history(run_dir: Path) -> list[dict]:
