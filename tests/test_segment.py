@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import csv
+import json
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +18,7 @@ from reltrain.data.tokenize import Tokenizer
 
 pytest.importorskip("rjieba")
 
-jieba = segment._jieba()
+jieba = segment._loaded_jieba()  # the tests compare with jieba.lcut, which loads it
 
 
 def deepke_rows() -> list[dict]:
@@ -30,6 +33,17 @@ def deepke_rows() -> list[dict]:
 
 def test_fast_path_is_on():
     assert segment._fast() is not None
+
+
+def test_the_fast_path_leaves_jiebas_dictionary_unloaded():
+    """Each prediction worker would otherwise hold jieba's 73 MB beside rjieba's."""
+    text = "黄得功，本姓王，安徽合肥人。2014年任金山软件CEO"
+    code = ("import json, sys, jieba; from reltrain.data import segment; "
+            "words = segment.jieba_words(sys.argv[1]); "
+            "print(json.dumps([words, jieba.dt.initialized, len(jieba.dt.FREQ)]))")
+    out = subprocess.run([sys.executable, "-c", code, text], capture_output=True, text=True,
+                         check=True)
+    assert json.loads(out.stdout) == [jieba.lcut(text), False, 0]
 
 
 def test_every_deepke_sentence_and_entity_piece_as_jieba_cuts_it():
@@ -109,7 +123,7 @@ def test_changed_counts_and_deleted_words_send_sentences_to_jieba(monkeypatch):
     jieba.suggest_freq(("今天", "天气"), tune=True)  # a known word's count, not a new word
     assert segment._fast() is None
     assert segment.jieba_words(text) == jieba.lcut(text)
-    monkeypatch.setattr(jieba.dt, "total", segment._rjieba()[1][1])
+    monkeypatch.setattr(jieba.dt, "total", segment._first_seen(jieba.dt)[1])
     jieba.del_word("不错")  # count 0 and forced apart in the HMM: the total is unchanged
     assert segment._fast() is None
     assert segment.jieba_words(text) == jieba.lcut(text)

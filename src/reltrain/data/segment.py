@@ -13,8 +13,9 @@ from reltrain.data import jieba_hmm
 
 @lru_cache(maxsize=1)
 def _jieba():
-    """jieba, imported, quietened and loaded once: it takes a second and logs on first use, and
-    setLogLevel on every call cost a quarter of prediction time (logging clears its caches)."""
+    """jieba, imported and quietened once (setLogLevel on every call cost a quarter of
+    prediction time: logging clears its caches). Its dictionary is not loaded here: the fast
+    path asks rjieba's, and jieba's takes 73 MB in every process that loads it."""
     import jieba
 
     import jieba.finalseg  # the HMM, called per unknown run: imported once here
@@ -23,6 +24,12 @@ def _jieba():
     # jieba's default cache is /tmp/jieba.cache, loaded whoever wrote it: another user could plant
     # a segmentation there. This user's own folder instead.
     jieba.dt.tmp_dir = _private_folder()
+    return jieba
+
+
+def _loaded_jieba():
+    """jieba with its dictionary loaded, for the sentences jieba itself segments."""
+    jieba = _jieba()
     if jieba.dt.dictionary is None and not jieba.dt.initialized:  # the packaged dictionary
         _load_dictionary(jieba.dt)
     jieba.initialize()  # a no-op once loaded; jieba's own way for any other dictionary
@@ -78,41 +85,46 @@ def _private_folder() -> str:
 
 @lru_cache(maxsize=1)
 def _rjieba():
-    """rjieba and jieba's dictionary as loaded (its size and total count), or None without
-    rjieba."""
+    """rjieba (its dictionary is jieba's packaged one), or None without it."""
     try:
         import rjieba
     except ImportError:
         return None
-    dt = _jieba().dt
-    return rjieba, (len(dt.FREQ), dt.total)
+    return rjieba
+
+
+@lru_cache(maxsize=1)
+def _first_seen(dt) -> tuple[int, int]:
+    """The size and total count of jieba's dictionary when reltrain first saw it loaded."""
+    return len(dt.FREQ), dt.total
 
 
 def _fast():
     """rjieba while jieba's dictionary is its own and unchanged; a custom dictionary, an added or
-    deleted word or a new count, none of which rjieba would know, sends every sentence to jieba."""
-    jieba, loaded = _jieba(), _rjieba()
+    deleted word or a new count, none of which rjieba would know, sends every sentence to jieba.
+    Changing a word loads jieba's dictionary first, so one never loaded is unchanged."""
+    jieba, fast = _jieba(), _rjieba()
     dt = jieba.dt
-    if (loaded is None or dt.dictionary != jieba.DEFAULT_DICT
-            or (len(dt.FREQ), dt.total) != loaded[1] or jieba.finalseg.Force_Split_Words):
+    if (fast is None or dt.dictionary != jieba.DEFAULT_DICT or jieba.finalseg.Force_Split_Words
+            or (dt.initialized and (len(dt.FREQ), dt.total) != _first_seen(dt))):
         return None
-    return loaded[0]
+    return fast
 
 
 def jieba_words(text: str) -> list[str]:
     """``jieba.lcut(text)``, faster."""
-    jieba = _jieba()
     fast = _fast()
     if fast is None:
-        return jieba.lcut(text)
-    freq, han, skip = jieba.dt.FREQ, jieba.re_han_default, jieba.re_skip_default
+        return _loaded_jieba().lcut(text)
+    jieba = _jieba()
+    han, skip = jieba.re_han_default, jieba.re_skip_default
     out: list[str] = []
     for block in han.split(text):
         if not block:
             continue
         if han.match(block):
-            words = _block_words(block, fast, freq)
-            out.extend(words if words is not None else jieba.dt.cut(block))
+            words = _block_words(block, fast)
+            out.extend(words if words is not None else _loaded_jieba().dt.cut(block))
         else:  # jieba.Tokenizer.cut's handling of what is not a word block
             for part in skip.split(block):
                 if skip.match(part):
@@ -122,7 +134,7 @@ def jieba_words(text: str) -> list[str]:
     return out
 
 
-def _block_words(block: str, fast, freq: dict) -> list[str] | None:
+def _block_words(block: str, fast) -> list[str] | None:
     out: list[str] = []
     run = ""  # one-character steps of the path not yet flushed
     for word in fast.cut(block, False):
@@ -133,24 +145,24 @@ def _block_words(block: str, fast, freq: dict) -> list[str] | None:
         # what ASCII isalnum means) into one word: it stands for one-character steps of the
         # path unless the dictionary holds it.
         if word.isascii() and word.isalnum():
-            if freq.get(word):
+            if fast.has_word(word):  # jieba's packaged dictionary has none
                 return None  # a dictionary word or glued single steps: ambiguous
             run += word
             continue
         if run:
-            _flush(run, out, freq)
+            _flush(run, out, fast)
             run = ""
         out.append(word)
     if run:
-        _flush(run, out, freq)
+        _flush(run, out, fast)
     return out
 
 
-def _flush(run: str, out: list[str], freq: dict) -> None:
+def _flush(run: str, out: list[str], fast) -> None:
     """A run of one-character steps, as jieba's accurate mode treats it."""
     if len(run) == 1:
         out.append(run)
-    elif not freq.get(run):
+    elif not fast.has_word(run):  # a word of jieba's: count >= 1, as rjieba.has_word
         out.extend(jieba_hmm.cut(run))
     else:
         out.extend(run)
