@@ -73,7 +73,7 @@ def test_pcnn_handles_empty_piece():
 
 @pytest.mark.parametrize("name", ["cnn", "pcnn"])
 def test_cpu_prediction_forward_equals_the_training_one(name):
-    """Without autograd on a CPU the CNNs take another route (channels-last convolutions, max
+    """Without autograd on a CPU the CNNs take another route (projections summed by embedding_bag, max
     before ReLU, an additive mask); it must compute the same function, padding, short sentences
     and empty PCNN pieces included."""
     torch.manual_seed(0)
@@ -81,13 +81,17 @@ def test_cpu_prediction_forward_equals_the_training_one(name):
     split = make_split([6, 3, 1, 4, 9], [(0, 2), (1, 2), (0, 1), (0, 3), (8, 9)],
                        [(4, 5), (2, 3), (0, 1), (1, 3), (0, 1)])
     split.token_ids = split.token_ids % 50
-    inputs = RelationDataset(split, pos_limit=5).__getitems__([0, 1, 2, 3, 4]).inputs()
+    data = RelationDataset(split, pos_limit=5)
+    inputs = data.__getitems__([0, 1, 2, 3, 4] * 2).inputs()  # 10 x 9 tokens: enough to take it
     assert model._cpu_inference(inputs["word"]) is False  # autograd on: the training route
     trained = model(**inputs)
     with torch.no_grad():
         assert model._cpu_inference(inputs["word"]) is True
         predicted = model(**inputs)
-        alone = model(**RelationDataset(split, pos_limit=5).__getitems__([2]).inputs())
+        alone = data.__getitems__([2]).inputs()  # 1 token: the training route, unless asked
+        assert model._cpu_inference(alone["word"]) is False
+        masks = [alone["mask"]] if name == "cnn" else [alone["segment"] == k for k in (1, 2, 3)]
+        alone = model._cpu_inference_forward(alone["word"], alone["pos_head"], alone["pos_tail"], masks)
     torch.testing.assert_close(predicted, trained, rtol=1e-5, atol=1e-6)
     torch.testing.assert_close(alone[0], trained[2], rtol=1e-5, atol=1e-6)
 
