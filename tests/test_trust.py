@@ -210,8 +210,9 @@ def test_jieba_keeps_its_cache_in_reltrains_own_folder(tmp_path):
     folder = tmp_path / "xdg" / "reltrain" / "jieba"
     folder.mkdir(parents=True, mode=0o700)
     (folder / "jieba.cache").write_bytes(marshal.dumps(["not", "a", "dictionary"]))
-    code = ("import jieba; from reltrain.data.segment import jieba_words; "
-            "print(jieba_words('张玲导演说很满意'), jieba.dt.tmp_dir)")
+    # jieba's own dictionary, which the rjieba path leaves unloaded
+    code = ("from reltrain.data.segment import _loaded_jieba; jieba = _loaded_jieba(); "
+            "print(jieba.lcut('张玲导演说很满意'), jieba.dt.tmp_dir)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg")})
     assert out.returncode == 0, out.stderr
