@@ -52,6 +52,48 @@ def test_the_peak_of_children_that_ran_together_is_their_sum_grandchildren_inclu
     assert children.peak_rss_mb() > 300
 
 
+def _state() -> str:
+    return "helper"
+
+
+def _tagged(state: str, item: int) -> tuple[str, int, int]:
+    if item == 0:
+        time.sleep(0.5)  # the first helper call is slow: this process takes items meanwhile
+    return state, item, os.getpid()
+
+
+def _big(mb: int) -> bytes:
+    return b"\x01" * (mb << 20)
+
+
+def test_a_pool_shares_the_work_with_this_process_in_input_order():
+    with children.Pool(1, _state) as pool:  # _state as the warm-up: its answer is skipped
+        pool.setup(_state)
+        results = list(pool.map(_tagged, range(12), local="here"))
+    assert [item for _, item, _ in results] == list(range(12))
+    who = {state for state, _, _ in results}
+    assert who == {"helper", "here"}, results
+    assert all((pid == os.getpid()) == (state == "here") for state, _, pid in results)
+    with children.Pool(2) as pool:  # no setup: fn(item), as ordered_map
+        assert [len(b) for b in pool.map(_big, [3, 1, 2])] == [3 << 20, 1 << 20, 2 << 20]
+
+
+def _stamped(mb: int) -> tuple[float, bytes]:
+    return time.time(), b"\x01" * (mb << 20)
+
+
+def test_a_child_goes_on_to_its_next_call_while_its_answer_waits_to_be_read():
+    """An answer larger than a pipe holds must not keep a child idle while its parent is busy."""
+    with children.Child() as child:
+        child.send(_stamped, 8)
+        child.send(_stamped, 0)
+        time.sleep(1.0)  # the parent, busy: nothing read
+        reading = time.time()
+        first, second = child.receive(), child.receive()
+    assert len(first[1]) == 8 << 20
+    assert second[0] < reading - 0.5, (second[0], reading)
+
+
 def test_the_child_is_a_new_process_in_a_session_of_its_own():
     """Ctrl-C at the terminal signals the foreground process group: not the child's."""
     session, parent = children.call(_session_and_parent)

@@ -22,6 +22,7 @@ _HEADER = 8  # a frame is its length (8 bytes, little-endian), then a pickle
 # How a child runs a call: fn(*args); the same, keeping the result as the child's state (its
 # answer is None); or fn(state, *args).
 _PLAIN, _KEEP, _WITH_STATE = 0, 1, 2
+_ABSENT = object()  # Pool.map without a share of its own
 _live: set = set()  # this process's children not yet closed
 _peak_kb = 0  # the most their peaks (each with its own children's) summed to while they ran together
 
@@ -78,6 +79,10 @@ class Child:
         if ok:
             return value
         raise value
+
+    def answered(self) -> bool:
+        """Whether an answer is waiting to be received."""
+        return bool(select.select([self._results], [], [], 0)[0])
 
     def _read(self, size: int) -> bytes:
         parts, left = [], size
@@ -137,28 +142,91 @@ def default_workers(local_processes: int = 1) -> int:
     return max(1, min((os.cpu_count() or 1) // max(local_processes, 1), 8))
 
 
+class Pool:
+    """Children started at once, each first running ``warm()`` when given (the imports a later
+    setup needs, done while this process does its own), then ``setup`` and ``map``."""
+
+    def __init__(self, size: int, warm: Callable | None = None):
+        self._stack = ExitStack()
+        self.children = [self._stack.enter_context(Child(warm)) for _ in range(size)]
+        # Answers each child owes before its first result: warm's and setup's (None, or their
+        # error, raised when the result is asked for).
+        self._owed = {child: int(warm is not None) for child in self.children}
+        self._set_up = False
+
+    def setup(self, fn: Callable, *args) -> None:
+        """``state = fn(*args)`` in each child, kept for ``map``'s calls."""
+        for child in self.children:
+            child.send(fn, *args, mode=_KEEP)
+            self._owed[child] += 1
+        self._set_up = True
+
+    def map(self, fn: Callable, items: Iterable, stop: Callable[[], None] | None = None,
+            local: object = _ABSENT) -> Iterator:
+        """``fn(state, item)`` for each item (``fn(item)`` without a setup), yielded in input
+        order. An item goes to the child with the fewest in flight while it has under two; with
+        ``local``, this process calls ``fn(local, item)`` itself when every child has two, so a
+        child never waits for work while this process computes, nor this process for a child
+        still starting."""
+        mode = _WITH_STATE if self._set_up else _PLAIN
+        busy = {child: 0 for child in self.children}  # calls in flight
+        pending: deque = deque()  # (child, None) awaiting its answer, or (None, result)
+        most = 2 * (len(self.children) + 1)
+        for item in items:
+            while local is _ABSENT and pending and min(busy.values()) >= 2:
+                yield self._result(pending.popleft(), busy, stop)
+            child = min(self.children, key=busy.__getitem__, default=None)
+            if child is not None and busy[child] < 2:
+                child.send(fn, item, mode=mode)
+                busy[child] += 1
+                pending.append((child, None))
+            else:
+                pending.append((None, fn(local, item)))
+            while pending and (len(pending) > most or self._done(pending[0][0])):
+                yield self._result(pending.popleft(), busy, stop)
+        while pending:
+            yield self._result(pending.popleft(), busy, stop)
+
+    def _done(self, child: Child | None) -> bool:
+        """Whether ``child``'s next result is here (None: a result of this process)."""
+        if child is None:
+            return True
+        while child.answered():
+            if not self._owed[child]:
+                return True
+            child.receive()
+            self._owed[child] -= 1
+        return False
+
+    def _result(self, entry: tuple, busy: dict, stop):
+        child, result = entry
+        if child is None:
+            return result
+        while self._owed[child]:
+            child.receive(stop)
+            self._owed[child] -= 1
+        busy[child] -= 1
+        return child.receive(stop)
+
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> "Pool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
 def ordered_map(fn: Callable, items: Iterable, workers: int, setup: Callable | None = None,
                 setup_args: tuple = (), stop: Callable[[], None] | None = None) -> Iterator:
-    """``fn(item)`` for each item in ``workers`` children, yielded in input order: item i goes to
-    child i % workers, at most two per child in flight. With ``setup``, each child first runs
-    ``state = setup(*setup_args)`` (a loaded model, a tokenizer) and then ``fn(state, item)``."""
-    mode = _PLAIN if setup is None else _WITH_STATE
-    with ExitStack() as stack:
-        pool = [stack.enter_context(Child()) for _ in range(workers)]
+    """``fn(item)`` for each item in ``workers`` children, yielded in input order (``Pool.map``).
+    With ``setup``, each child first runs ``state = setup(*setup_args)`` (a loaded model, a
+    tokenizer) and then ``fn(state, item)``."""
+    with Pool(workers) as pool:
         if setup is not None:
-            for child in pool:
-                child.send(setup, *setup_args, mode=_KEEP)
-            for child in pool:
-                child.receive(stop)  # set up in parallel, or its error raised here
-        pending: deque = deque()
-        for index, item in enumerate(items):
-            child = pool[index % workers]
-            child.send(fn, item, mode=mode)
-            pending.append(child)
-            if len(pending) > 2 * workers:
-                yield pending.popleft().receive(stop)
-        while pending:
-            yield pending.popleft().receive(stop)
+            pool.setup(setup, *setup_args)
+        yield from pool.map(fn, items, stop)
 
 
 class _Records(logging.Handler):
@@ -184,26 +252,40 @@ def _serve(result_fd: int) -> None:
     threading.Thread(target=_read_calls, args=(sys.stdin.buffer, calls), daemon=True).start()
     sys.path[:] = pickle.loads(calls.get())
     state = None  # what a _KEEP call returned
-    with open(result_fd, "wb") as out:
-        while True:
-            call = calls.get()
-            try:
-                fn, args, mode = pickle.loads(call)
-                value = fn(state, *args) if mode == _WITH_STATE else fn(*args)
-                if mode == _KEEP:
-                    state, value = value, None
-                result = (True, value)
-            except Exception as exc:
-                result = (False, exc)
-            try:
-                data = pickle.dumps((*result, records.records, _tree_peak_kb()),
-                                    protocol=pickle.HIGHEST_PROTOCOL)
-            except Exception as exc:  # a result or an error that does not pickle
-                error = RuntimeError(f"a child's result: {result[1]!r} ({exc})")
-                data = pickle.dumps((False, error, records.records, _tree_peak_kb()))
-            records.records = []
-            out.write(len(data).to_bytes(_HEADER, "little") + data)
-            out.flush()
+    answers: SimpleQueue = SimpleQueue()
+    # Answers are written as the parent reads them, so a busy parent never holds up the next call.
+    threading.Thread(target=_write_answers, args=(result_fd, answers), daemon=True).start()
+    while True:
+        call = calls.get()
+        try:
+            fn, args, mode = pickle.loads(call)
+            value = fn(state, *args) if mode == _WITH_STATE else fn(*args)
+            if mode == _KEEP:
+                state, value = value, None
+            result = (True, value)
+        except Exception as exc:
+            result = (False, exc)
+        try:
+            data = pickle.dumps((*result, records.records, _tree_peak_kb()),
+                                protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:  # a result or an error that does not pickle
+            error = RuntimeError(f"a child's result: {result[1]!r} ({exc})")
+            data = pickle.dumps((False, error, records.records, _tree_peak_kb()))
+        records.records = []
+        answers.put(len(data).to_bytes(_HEADER, "little") + data)
+
+
+def _write_answers(result_fd: int, answers) -> None:
+    try:
+        with open(result_fd, "wb") as out:
+            while True:
+                out.write(answers.get())
+                out.flush()
+    except BaseException:  # the parent is gone (a broken pipe): said, then gone
+        import traceback
+
+        traceback.print_exc()
+        os._exit(1)
 
 
 def _read_calls(stream, calls) -> None:
