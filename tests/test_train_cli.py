@@ -281,17 +281,18 @@ def test_an_empty_value_is_an_empty_string():
 
 
 def test_workers_start_only_for_more_than_one_chunk(trained, small_en, tmp_path, monkeypatch):
-    """A worker loads the model in a fresh process (seconds): one chunk is predicted here."""
-    from reltrain.inference import pool
+    """A helper loads the model in a fresh process (seconds): one chunk is predicted here."""
+    from reltrain import children
     from reltrain.predict import run_predict
 
     started = []
-    real = pool.ordered_map
-    monkeypatch.setattr(pool, "ordered_map", lambda *a, **k: started.append(1) or real(*a, **k))
-    ckpt, out = str(trained / "checkpoints/best.pt"), str(tmp_path / "p.jsonl")
-    assert run_predict(ckpt, small_en["test"], output=out, workers=2) == 80 and not started
-    assert run_predict(ckpt, small_en["test"], output=out, workers=2, chunk_rows=40) == 80
-    assert started
+    real = children.Child.__init__
+    monkeypatch.setattr(children.Child, "__init__", lambda *a: started.append(1) or real(*a))
+    ckpt, whole, parts = str(trained / "checkpoints/best.pt"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
+    assert run_predict(ckpt, small_en["test"], output=str(whole), workers=2) == 80 and not started
+    assert run_predict(ckpt, small_en["test"], output=str(parts), workers=2, chunk_rows=7) == 80
+    assert started == [1]  # one helper: this process predicts too
+    assert_same_predictions(parts, whole)
 
 
 def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained, small_en, tmp_path):

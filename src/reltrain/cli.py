@@ -183,11 +183,11 @@ def _dispatch(args) -> int:
         options = from_args(PredictOptions, args)
         with _starting():
             from reltrain.predict import run_predict
-        from reltrain.distributed import launched
-
-        if options.devices > 1 and not launched():
+        if options.devices > 1:  # distributed imports torch, which run_predict's helpers also do
+            from reltrain.distributed import launched
             from reltrain.launch import run_local_workers
 
-            return run_local_workers(options.devices, args.argv)  # the workers see the launcher
+            if not launched():
+                return run_local_workers(options.devices, args.argv)  # the workers see the launcher
         run_predict(options=options)
     return 0

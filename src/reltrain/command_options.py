@@ -31,9 +31,9 @@ class PredictOptions(ModelOptions):
     output: str | None = opt(None, "write JSON lines here instead of stdout", kind=str,
                              metavar="FILE")
     progress: str = opt("auto", "progress bar with rows/s (auto: on a terminal)", choices=SWITCH)
-    workers: int | None = opt(None, "worker processes that predict chunks of rows, on a GPU "
-                                    "tokenize them (default: one per core, at most 8; 0: none)",
-                              kind=int, metavar="N")
+    workers: int | None = opt(None, "processes that predict chunks of rows, this one included "
+                                    "(on a GPU: that tokenize them; default: one per core, at "
+                                    "most 8; 0 or 1: this one alone)", kind=int, metavar="N")
     chunk_rows: int = opt(4096, "rows read, predicted and written at a time (default 4096)",
                           metavar="N")
     devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "

@@ -4,19 +4,25 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import dataclass
-from collections.abc import Callable, Iterator
+from functools import partial
+from itertools import chain, islice
+from typing import TYPE_CHECKING
 
-from reltrain import distributed as D
 from reltrain import children
 from reltrain.data.readers import STDIN
 from reltrain.data.schema import Record
 from reltrain.errors import SharedUserError, UserError
-from reltrain.inference.predictor import Predictor, expand, make_record
+from reltrain.inference import pool
 from reltrain.output import check_output, output_stream
 from reltrain.command_options import PredictOptions
 from reltrain.launch import local_processes
 from reltrain.stops import StopRequest
+
+if TYPE_CHECKING:  # torch, imported by run_predict once the helpers have started
+    from reltrain import distributed as D
+    from reltrain.inference.predictor import Predictor
 
 log = logging.getLogger("reltrain.predict")
 
@@ -28,53 +34,67 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     """Label a file (CSV/JSONL) or one sentence as JSON lines; returns how many lines were written.
     ``options`` (the command line's) or the arguments and ``settings`` (PredictOptions' fields).
 
-    Chunks of ``chunk_rows`` rows are read, predicted (by ``workers`` processes on a CPU) and
-    written in input order, so memory stays flat for a corpus of any size. ``--output`` is renamed
-    into place at the end: an error or a stop (between chunks) leaves no half-written file."""
-    from reltrain.config import DistConfig
-
+    Chunks of ``chunk_rows`` rows are read, predicted (by ``workers`` processes on a CPU, this one
+    included) and written in input order, so memory stays flat for a corpus of any size.
+    ``--output`` is renamed into place at the end: an error or a stop (between chunks) leaves no
+    half-written file."""
     o = options or PredictOptions(checkpoint, data, text, head, tail, head_offset, tail_offset,
                                   output=output, **settings)
-    checkpoint, data, output = o.checkpoint, o.data, o.output
-    check_output(output, (data, checkpoint))
-    stop, ctx = StopRequest().install(), None  # to the end: one line, exit 128 + the signal
+    check_output(o.output, (o.data, o.checkpoint))
+    stop = StopRequest().install()  # to the end: one line, exit 128 + the signal
     try:
-        ctx = D.setup(o.device, DistConfig())
-        # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W) and
-        # rank 0 writes them in input order: the rows meet in the same batches as in one process.
-        predictor = Predictor.from_checkpoint(checkpoint, device=ctx.device, runtime=o.runtime,
-                                              amp=o.amp)
-        if ctx.is_main:
-            log.info(predictor.precision.describe())
-        if data == STDIN and ctx.distributed:  # the ranks would share one stream
-            raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
-                                  "--devices / torchrun, or give a file")
-        if o.top_k > len(predictor.labels):
-            raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
-                                  f"model's relations), not {o.top_k}")
-        if data is None:
-            record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
-            warn_misfit(predictor, [record])
-            chunks = iter([Lines([json.dumps(r, ensure_ascii=False)
-                                  for r in predictor.predict([record], o.top_k)])])
-        else:
-            mine = _predicted_chunks(predictor, data, o.top_k, o.skip_bad_rows, o.chunk_rows,
-                                     o.workers, shard=(ctx.rank, ctx.world_size),
-                                     source=(str(checkpoint), o.runtime, o.amp),
-                                     stop=lambda: stop.check(_STOPPED))
-            chunks = _gathered_in_order(mine, ctx)
-        if not ctx.is_main:
-            for _ in chunks:  # joins every round of the gather
-                pass
-            return 0
-        return _write(chunks, o, stop)
+        chunks = _row_chunks(o.data, o.chunk_rows, stop) if o.data is not None else iter(())
+        # Standard input is first read after the check that one process reads it (``_predict``).
+        first = [] if o.data == STDIN else list(islice(chunks, 2))
+        workers = o.workers if o.workers is not None else children.default_workers(local_processes())
+        # Started before this process imports torch and loads the model, as they do the same;
+        # one chunk is not worth a process that loads the model.
+        with pool.start(workers if len(first) > 1 or o.data == STDIN else 1) as helpers:
+            return _predict(o, chain(first, chunks), helpers, stop)
     except Exception:
         stop.check(_STOPPED)  # a collective broke: the other ranks stopped on the same signal
         raise
     finally:
         stop.restore()
-        if ctx is not None:
-            D.teardown(ctx)
+
+
+def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
+             stop: StopRequest) -> int:
+    from reltrain import distributed as D
+    from reltrain.config import DistConfig
+    from reltrain.inference.predictor import Predictor, make_record
+
+    ctx = D.setup(o.device, DistConfig())
+    try:
+        predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,
+                                              amp=o.amp)
+        if ctx.is_main:
+            log.info(predictor.precision.describe())
+        if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
+            raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
+                                  "--devices / torchrun, or give a file")
+        if o.top_k > len(predictor.labels):
+            raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
+                                  f"model's relations), not {o.top_k}")
+        if o.data is None:
+            record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
+            warn_misfit(predictor, [record])
+            lines = iter([Lines([json.dumps(r, ensure_ascii=False)
+                                 for r in predictor.predict([record], o.top_k)])])
+        else:
+            # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W)
+            # and rank 0 writes them in input order: the rows meet in the same batches as in one
+            # process.
+            mine = (chunk for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
+            lines = _gathered_in_order(_predicted_chunks(predictor, mine, o, helpers, stop,
+                                                         warn=ctx.rank == 0), ctx)
+        if not ctx.is_main:
+            for _ in lines:  # joins every round of the gather
+                pass
+            return 0
+        return _write(lines, o, stop)
+    finally:
+        D.teardown(ctx)
 
 
 _STOPPED = "while predicting; the output is not complete"
@@ -140,50 +160,41 @@ def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Li
                 yield p[1]
 
 
-def _predicted_chunks(predictor: Predictor, path: str, top_k: int, skip_bad_rows: bool,
-                      chunk_rows: int, workers: int | None = None,
-                      shard: tuple[int, int] = (0, 1),
-                      source: tuple[str, str, str] | None = None,
-                      stop: Callable[[], None] = lambda: None) -> Iterator[Lines]:
-    """The output lines of ``path`` a chunk at a time, in order (``shard=(r, W)``: chunks r, r+W,
-    ...); ``source`` (path, runtime, amp): where workers load the predictor; None: no workers;
-    ``stop``: called between chunks and while waiting for workers, it may raise to give up."""
-    from functools import partial
-    from itertools import chain, islice
-
+def _row_chunks(path: str, chunk_rows: int, stop: StopRequest) -> Iterator[list]:
+    """The rows of ``path``, ``chunk_rows`` at a time, each ``(line, build)``: parsing a row
+    (``build``) is part of a chunk's work, done by whichever process predicts or tokenizes it."""
     from reltrain.data.readers import iter_rows
-    from reltrain.inference import pool
 
-    # The rows are split here; parsing them (``build``) is part of a chunk's work, done by
-    # whichever process predicts or tokenizes it.
     rows = iter_rows(path, require_relation=False, entity_lists=True)
+    while chunk := list(islice(rows, chunk_rows)):
+        stop.check(_STOPPED)
+        yield chunk
 
-    def chunks():
-        index = 0
-        while chunk := list(islice(rows, chunk_rows)):
-            stop()
-            if index % shard[1] == shard[0]:
-                yield chunk
-            index += 1
 
-    if workers is None:
-        workers = children.default_workers(local_processes())
-    mine = chunks()
-    first = list(islice(mine, 2))  # one chunk: not worth starting workers that load the model
-    mine = chain(first, mine)
-    if first and shard[0] == 0:
+def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOptions,
+                      helpers: children.Pool, stop: StopRequest, warn: bool) -> Iterator[Lines]:
+    """The output lines of ``chunks``, in order, predicted here and in ``helpers``; ``warn``:
+    say when the first chunk's text does not fit the model."""
+    first = list(islice(chunks, 1))
+    chunks = chain(first, chunks)
+    if first and warn:
         warn_misfit(predictor, _chunk_records(_parsed(first[0][:256], skip_bad_rows=True))[1])
-    how = pool.mode(predictor, workers if source and len(first) > 1 else 0)
+    how = pool.mode(predictor, bool(helpers.children))
+    if how == "main":
+        helpers.close()
+        for chunk in chunks:
+            yield _chunk_lines(predictor, chunk, o.top_k, o.skip_bad_rows)
+        return
+    helpers.setup(pool.load, str(o.checkpoint), o.runtime, o.amp)
+    check = lambda: stop.check(_STOPPED)  # noqa: E731  while waiting for a helper
     if how == "predict":
-        yield from pool.ordered_map(partial(_chunk_lines, top_k=top_k, skip_bad_rows=skip_bad_rows),
-                                    mine, source, workers, stop)
-    elif how == "encode":
-        encode = partial(_encode_chunk, skip_bad_rows=skip_bad_rows)
-        for parsed, split in pool.ordered_map(encode, mine, source, workers, stop):
-            yield _lines(predictor, parsed, top_k, split)
+        with pool.one_thread():
+            yield from helpers.map(partial(_chunk_lines, top_k=o.top_k, skip_bad_rows=o.skip_bad_rows),
+                                   chunks, check, local=predictor)
     else:
-        for chunk in mine:
-            yield _chunk_lines(predictor, chunk, top_k, skip_bad_rows)
+        encode = partial(_encode_chunk, skip_bad_rows=o.skip_bad_rows)
+        for parsed, split in helpers.map(encode, chunks, check, local=predictor):
+            yield _lines(predictor, parsed, o.top_k, split)
 
 
 def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
@@ -211,6 +222,7 @@ def _parsed(chunk: list, skip_bad_rows: bool) -> list:
 
 def _chunk_records(parsed: list) -> tuple[list, list[Record]]:
     from reltrain.errors import DataError
+    from reltrain.inference.predictor import expand
 
     groups = expand([item for _, item in parsed if not isinstance(item, DataError)])
     return groups, [rec for _, records in groups for rec in records]
