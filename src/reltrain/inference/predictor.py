@@ -121,10 +121,12 @@ class Predictor:
 
     def split_probabilities(self, split: Split, batch_size: int | None = None,
                             progress: bool = False) -> np.ndarray:
-        """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``:
-        128 on a CPU (the CNN's fastest, docs/benchmarks.md), 256 on a GPU."""
+        """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``: on a
+        CPU the model's ``cpu_batch_size`` or 128 (the fastest measured, docs/benchmarks.md), 256
+        on a GPU."""
         data = self.split_dataset(split)
-        batch_size = batch_size or (128 if self.device.type == "cpu" else 256)
+        on_cpu = self.device.type == "cpu"
+        batch_size = batch_size or (getattr(self.model, "cpu_batch_size", 128) if on_cpu else 256)
         return predict_probs(self.model, data, batch_size, self.device, self.precision, progress)
 
     def predict(self, records: list[Record], top_k: int = 3, batch_size: int | None = None,

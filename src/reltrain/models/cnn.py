@@ -50,6 +50,12 @@ class CNNClassifier(nn.Module):
         sent = torch.cat([f for features in pooled for f in features], dim=1)  # (B, P*F*K)
         return self.classifier(self.dropout(sent, noise))  # (B, C)
 
+    @property
+    def cpu_batch_size(self) -> int:
+        """Examples per prediction batch on a CPU: the CNN's fastest is 256, where more of a
+        batch's tokens share a projected word (docs/benchmarks.md); the PCNN's 128."""
+        return 128 if self.piecewise else 256
+
     def _cpu_inference(self, word: torch.Tensor) -> bool:
         """Below about 32 tokens a batch the projections cost more than the convolutions
         (docs/benchmarks.md): a server's single sentences take the training route."""
