@@ -182,19 +182,22 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
     how = pool.mode(predictor, bool(helpers.children))
     if how == "main":
         helpers.close()
-        for chunk in chunks:
-            yield _chunk_lines(predictor, chunk, o.top_k, o.skip_bad_rows)
-        return
-    helpers.setup(pool.load, str(o.checkpoint), o.runtime, o.amp)
-    check = lambda: stop.check(_STOPPED)  # noqa: E731  while waiting for a helper
-    if how == "predict":
-        with pool.one_thread():
-            yield from helpers.map(partial(_chunk_lines, top_k=o.top_k, skip_bad_rows=o.skip_bad_rows),
-                                   chunks, check, local=predictor)
     else:
-        encode = partial(_encode_chunk, skip_bad_rows=o.skip_bad_rows)
-        for parsed, split in helpers.map(encode, chunks, check, local=predictor):
-            yield _lines(predictor, parsed, o.top_k, split)
+        helpers.setup(pool.load, str(o.checkpoint), o.runtime, o.amp)
+    check = lambda: stop.check(_STOPPED)  # noqa: E731  while waiting for a helper
+    with pool.long_lived():
+        if how == "main":
+            for chunk in chunks:
+                yield _chunk_lines(predictor, chunk, o.top_k, o.skip_bad_rows)
+        elif how == "predict":
+            with pool.one_thread():
+                yield from helpers.map(partial(_chunk_lines, top_k=o.top_k,
+                                               skip_bad_rows=o.skip_bad_rows),
+                                       chunks, check, local=predictor)
+        else:
+            encode = partial(_encode_chunk, skip_bad_rows=o.skip_bad_rows)
+            for parsed, split in helpers.map(encode, chunks, check, local=predictor):
+                yield _lines(predictor, parsed, o.top_k, split)
 
 
 def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
@@ -245,8 +248,8 @@ def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> Lines:
     groups, flat = _chunk_records(parsed)
     if split is None and flat:
         split = predictor.encode(flat)
-    probs = predictor.split_probabilities(split) if flat else []
-    results = iter(predictor.regroup(groups, iter(probs), top_k))
+    probs = predictor.split_probabilities(split) if flat else None
+    results = iter(predictor.regroup(groups, probs, top_k))
     return Lines([json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
                              else next(results), ensure_ascii=False) for line, item in parsed],
                  sum(isinstance(item, DataError) for _, item in parsed))

@@ -5,6 +5,7 @@ this one included, predicts whole chunks; on a GPU the helpers tokenize and this
 
 from __future__ import annotations
 
+import gc
 import importlib
 from contextlib import contextmanager
 
@@ -48,4 +49,18 @@ def load(path: str, runtime: str, amp: str):
     from reltrain.inference.predictor import Predictor
 
     torch.set_num_threads(1)  # one process per core does the parallel work
-    return Predictor.from_checkpoint(path, device="cpu", runtime=runtime, amp=amp)
+    predictor = Predictor.from_checkpoint(path, device="cpu", runtime=runtime, amp=amp)
+    gc.freeze()  # as long_lived, for the helper's life
+    return predictor
+
+
+@contextmanager
+def long_lived():
+    """What this process has loaded (torch, the model, the tokenizer's tables) left out of the
+    garbage collector's passes while it predicts: each full pass walked all of it, a seventh of
+    a row's time (docs/benchmarks.md)."""
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()

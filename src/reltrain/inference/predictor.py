@@ -131,8 +131,8 @@ class Predictor:
 
     def predict(self, records: list[Record], top_k: int = 3, batch_size: int | None = None,
                 progress: bool = False) -> list[dict]:
-        probs = self.probabilities(records, batch_size, progress)
-        return [self._result(rec, p, top_k) for rec, p in zip(records, probs)]
+        return result_rows(records, self.probabilities(records, batch_size, progress),
+                           self.labels, top_k)
 
     def predict_pairs(self, text: str, entities: list[dict], top_k: int = 3) -> list[dict]:
         """A prediction for every ordered pair of distinct ``entities`` (``[{"name", "pos"}]``)."""
@@ -163,22 +163,20 @@ class Predictor:
         """One result per ``Record`` or ``EntitySentence``, in order; all pairs batched together."""
         groups = expand(items)
         flat = [rec for _, records in groups for rec in records]
-        probs = self.probabilities(flat, batch_size) if flat else []
-        return self.regroup(groups, iter(probs), top_k)
+        probs = self.probabilities(flat, batch_size) if flat else None
+        return self.regroup(groups, probs, top_k)
 
-    def regroup(self, groups: list[tuple[object, list[Record]]], probs: Iterator[np.ndarray],
+    def regroup(self, groups: list[tuple[object, list[Record]]], probs: np.ndarray | None,
                 top_k: int) -> list[dict]:
-        """The results of ``expand(items)`` from the probabilities of its records, in order."""
-        records = (rec for _, group in groups for rec in group)
-        return group_results(groups, (self._result(rec, p, top_k) for rec, p in zip(records, probs)))
+        """The results of ``expand(items)`` from the probabilities of its records (None: it has
+        none), in order."""
+        records = [rec for _, group in groups for rec in group]
+        return group_results(groups, iter(result_rows(records, probs, self.labels, top_k)))
 
     def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
                      tail_offset: int | None = None, top_k: int = 3) -> dict:
         record = make_record(text, head, tail, head_offset, tail_offset)
         return self.predict([record], top_k)[0]
-
-    def _result(self, rec: Record, probs: np.ndarray, top_k: int) -> dict:
-        return result_row(rec, probs, self.labels, top_k)
 
 
 def _device(device: str | torch.device) -> torch.device:
@@ -204,17 +202,25 @@ def expand(items: list) -> list[tuple[object, list[Record]]]:
     return [(item, item.pairs() if isinstance(item, EntitySentence) else [item]) for item in items]
 
 
-def result_row(rec: Record, probs: np.ndarray, labels: list[str], top_k: int = 3) -> dict:
-    """One answer as ``reltrain predict`` writes it: the example, the top relation and its score,
-    the ``top_k`` alternatives, and ``gold`` when the example has a relation."""
-    order = np.argsort(-probs, kind="stable")[:max(top_k, 1)]
-    out = {"text": rec.text,
-           "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
-           "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
-           "relation": labels[order[0]], "score": float(probs[order[0]]),
-           "top_k": [{"relation": labels[i], "score": float(probs[i])} for i in order]}
-    if rec.relation is not None:
-        out["gold"] = rec.relation
+def result_rows(records: list[Record], probs: np.ndarray | None, labels: list[str],
+                top_k: int = 3) -> list[dict]:
+    """One answer per record as ``reltrain predict`` writes it: the example, the top relation and
+    its score, the ``top_k`` alternatives, and ``gold`` when the example has a relation.
+    ``probs``: (N, C), ranked at once (a row at a time cost a tenth of a chunk's regrouping)."""
+    if not records:
+        return []
+    order = np.argsort(-probs, axis=1, kind="stable")[:, :max(top_k, 1)]
+    scores = np.take_along_axis(probs, order, axis=1).tolist()
+    out = []
+    for rec, ranked, score in zip(records, order.tolist(), scores):
+        row = {"text": rec.text,
+               "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
+               "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
+               "relation": labels[ranked[0]], "score": score[0],
+               "top_k": [{"relation": labels[i], "score": v} for i, v in zip(ranked, score)]}
+        if rec.relation is not None:
+            row["gold"] = rec.relation
+        out.append(row)
     return out
 
 
@@ -227,8 +233,8 @@ def write_predictions(path: str, records: list[Record], probs: np.ndarray, label
     from reltrain.output import atomic_file
 
     with atomic_file(path) as f:
-        for rec, p in zip(records, probs):
-            f.write(json.dumps(result_row(rec, p, labels, top_k), ensure_ascii=False) + "\n")
+        for row in result_rows(records, probs, labels, top_k):
+            f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
 def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[dict]) -> list[dict]:
