@@ -250,6 +250,11 @@ def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> Lines:
         split = predictor.encode(flat)
     probs = predictor.split_probabilities(split) if flat else None
     results = iter(predictor.regroup(groups, probs, top_k))
-    return Lines([json.dumps({"line": line, "error": str(item)} if isinstance(item, DataError)
-                             else next(results), ensure_ascii=False) for line, item in parsed],
+    encode = _JSON.encode
+    return Lines([encode({"line": line, "error": str(item)} if isinstance(item, DataError)
+                         else next(results)) for line, item in parsed],
                  sum(isinstance(item, DataError) for _, item in parsed))
+
+
+# json.dumps(..., ensure_ascii=False) itself, without making an encoder for every line
+_JSON = json.JSONEncoder(ensure_ascii=False)
