@@ -295,6 +295,21 @@ def test_workers_start_only_for_more_than_one_chunk(trained, small_en, tmp_path,
     assert_same_predictions(parts, whole)
 
 
+def test_helpers_that_only_tokenize_give_the_same_lines(trained, small_en, tmp_path, monkeypatch):
+    """On a GPU the helpers tokenize and this process runs the model (``pool.mode``: encode):
+    that path, taken here on a CPU."""
+    from reltrain.inference import pool
+    from reltrain.predict import run_predict
+
+    ckpt, whole, parts = str(trained / "checkpoints/best.pt"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
+    assert run_predict(ckpt, small_en["test"], output=str(whole), workers=1) == 80
+    modes = []
+    monkeypatch.setattr(pool, "mode", lambda predictor, helpers: modes.append(helpers) or "encode")
+    assert run_predict(ckpt, small_en["test"], output=str(parts), workers=3, chunk_rows=9) == 80
+    assert modes == [True]
+    assert_same_predictions(parts, whole)
+
+
 def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained, small_en, tmp_path):
     from reltrain.predict import run_predict
 
