@@ -168,6 +168,8 @@ class Pool:
         ``local``, this process calls ``fn(local, item)`` itself when every child has two, so a
         child never waits for work while this process computes, nor this process for a child
         still starting."""
+        if not self.children and local is _ABSENT:
+            raise ValueError("a pool without children maps only with local")
         mode = _WITH_STATE if self._set_up else _PLAIN
         busy = {child: 0 for child in self.children}  # calls in flight
         pending: deque = deque()  # (child, None) awaiting its answer, or (None, result)
