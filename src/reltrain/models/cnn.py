@@ -57,8 +57,9 @@ class CNNClassifier(nn.Module):
         return 128 if self.piecewise else 256
 
     def _cpu_inference(self, word: torch.Tensor) -> bool:
-        """Below about 32 tokens a batch the projections cost more than the convolutions
-        (docs/benchmarks.md): a server's single sentences take the training route."""
+        """Below 64 tokens a batch, the training route: the projections cost more than the
+        convolutions under about 30 (docs/benchmarks.md), and 64 leaves a margin, so a server's
+        single sentences keep the convolutions."""
         return (word.device.type == "cpu" and not torch.is_grad_enabled() and word.numel() >= 64
                 and isinstance(self.act, nn.ReLU) and not _exporting())
 
@@ -102,7 +103,8 @@ class CNNClassifier(nn.Module):
         table = torch.empty(sum(map(len, values)) + 1, slots * filters, dtype=dtype)
         table[-1] = 0
         item, dim, first = 0, 0, []
-        for embedding, value, index in zip(self.embed.children(), values, items):
+        embeddings = (self.embed.word, self.embed.pos_head, self.embed.pos_tail)  # ``ids``' order
+        for embedding, value, index in zip(embeddings, values, items):
             width = embedding.embedding_dim
             torch.mm(embedding.weight[value].to(dtype), weight[:, dim:dim + width].T,
                      out=table[item:item + len(value)])
