@@ -46,7 +46,10 @@ def test_the_fast_path_leaves_jiebas_dictionary_unloaded():
     assert json.loads(out.stdout) == [jieba.lcut(text), False, 0]
 
 
-def test_every_deepke_sentence_and_entity_piece_as_jieba_cuts_it():
+@pytest.mark.parametrize("route", ["rjieba's HMM where it agrees", "dictionary path alone"])
+def test_every_deepke_sentence_and_entity_piece_as_jieba_cuts_it(route, monkeypatch):
+    if route == "dictionary path alone":
+        every_run_to_jieba_hmm(monkeypatch)
     for row in deepke_rows():
         text = row["sentence"]
         h, t = int(row["head_offset"]), int(row["tail_offset"])
@@ -105,8 +108,30 @@ def test_hmm_gives_finalseg_words(run):
     assert jieba_hmm.cut(run) == list(jieba.finalseg.cut(run))
 
 
+@settings(max_examples=800, deadline=None)
+@given(st.lists(_RUN_CHARS | st.sampled_from(list("ab1")), min_size=1, max_size=12).map("".join))
+def test_rjiebas_hmm_gives_jiebas_words_on_plain_blocks(block):
+    """Blocks of Chinese characters, letters and digits are cut by rjieba's HMM: its ties and
+    impossible paths decide as finalseg's."""
+    assert segment._PLAIN(block)
+    assert segment.jieba_words(block) == jieba.lcut(block)
+
+
+def test_rjiebas_hmm_is_left_to_blocks_without_symbols():
+    """Where it parts from finalseg: a letter or digit, a symbol, a digit."""
+    for text in ("小说已于2014-08-13正式发布", "第1-3届", "a+1", "50%5", "1_2"):
+        assert not segment._PLAIN(text)
+        assert segment.jieba_words(text) == jieba.lcut(text), text
+
+
+def every_run_to_jieba_hmm(monkeypatch) -> None:
+    """Every block down the dictionary path, so each unknown run reaches ``jieba_hmm``."""
+    monkeypatch.setattr(segment, "_PLAIN", lambda block: None)
+
+
 def test_hmm_gives_finalseg_words_on_every_deepke_run(monkeypatch):
     runs = []
+    every_run_to_jieba_hmm(monkeypatch)
     monkeypatch.setattr(jieba_hmm, "cut", lambda run: runs.append(run) or [])
     for row in deepke_rows():
         segment.jieba_words(row["sentence"])
@@ -151,8 +176,11 @@ SENTENCES = [
 
 
 def test_written_sentences_and_their_runs_as_jieba_cuts_them(monkeypatch):
+    for text in SENTENCES:
+        assert segment.jieba_words(text) == jieba.lcut(text), text
     runs = []
     fast_cut = jieba_hmm.cut
+    every_run_to_jieba_hmm(monkeypatch)
     monkeypatch.setattr(jieba_hmm, "cut", lambda run: runs.append(run) or fast_cut(run))
     for text in SENTENCES:
         assert segment.jieba_words(text) == jieba.lcut(text), text

@@ -1,6 +1,7 @@
 """jieba's HMM for unknown runs of Chinese characters, the same words as ``jieba.finalseg.cut`` to
-the bit, with the four states as local variables instead of a general Viterbi (which was most of
-reltrain's segmenting time; ``tests/test_segment.py`` compares every run of deepke-zh)."""
+the bit, with the four states as local variables instead of a general Viterbi, for the blocks
+rjieba's HMM would cut otherwise (``segment``; ``tests/test_segment.py`` compares every run of
+deepke-zh)."""
 
 from __future__ import annotations
 

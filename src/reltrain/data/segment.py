@@ -1,11 +1,14 @@
-"""jieba's words (accurate mode, HMM on), faster: the dictionary path from ``rjieba``, unknown runs
-through jieba's own HMM (``jieba_hmm``), as the models were trained on jieba's words. Where the
-path cannot be read back, without rjieba, or with jieba's dictionary changed, jieba segments."""
+"""jieba's words (accurate mode, HMM on), faster, as the models were trained on jieba's words:
+``rjieba``'s own cut for blocks of Chinese characters, letters and digits; for a block with one of
+jieba's symbols, rjieba's dictionary path with unknown runs through jieba's own HMM
+(``jieba_hmm``). Where that path cannot be read back, without rjieba, or with jieba's dictionary
+changed, jieba segments."""
 
 from __future__ import annotations
 
 import logging
 import marshal
+import re
 from functools import lru_cache
 
 from reltrain.data import jieba_hmm
@@ -111,6 +114,13 @@ def _fast():
     return fast
 
 
+# Blocks of Chinese characters (finalseg's range), letters and digits alone. There rjieba's HMM
+# gives finalseg's words: the same tables, sums and tie-breaks; its skip pattern differs only after
+# a letter or digit and one of jieba's symbols ("5-10": finalseg cuts "5", "-", "10", rjieba keeps
+# it whole), so blocks with a symbol take the dictionary path and jieba's own HMM.
+_PLAIN = re.compile(r"[\u4E00-\u9FD5a-zA-Z0-9]+").fullmatch
+
+
 def jieba_words(text: str) -> list[str]:
     """``jieba.lcut(text)``, faster."""
     fast = _fast()
@@ -123,6 +133,9 @@ def jieba_words(text: str) -> list[str]:
         if not block:
             continue
         if han.match(block):
+            if _PLAIN(block):  # all of rjieba's own cut is jieba's
+                out += fast.cut(block, True)
+                continue
             words = _block_words(block, fast)
             out.extend(words if words is not None else _loaded_jieba().dt.cut(block))
         else:  # jieba.Tokenizer.cut's handling of what is not a word block
