@@ -1,8 +1,7 @@
 """jieba's words (accurate mode, HMM on), faster, as the models were trained on jieba's words:
 ``rjieba``'s own cut for blocks of Chinese characters, letters and digits; for a block with one of
-jieba's symbols, rjieba's dictionary path with unknown runs through jieba's own HMM
-(``jieba_hmm``). Where that path cannot be read back, without rjieba, or with jieba's dictionary
-changed, jieba segments."""
+jieba's symbols, rjieba's dictionary path with unknown runs through jieba's own HMM. Where that
+path cannot be read back, without rjieba, or with jieba's dictionary changed, jieba segments."""
 
 from __future__ import annotations
 
@@ -10,8 +9,6 @@ import logging
 import marshal
 import re
 from functools import lru_cache
-
-from reltrain.data import jieba_hmm
 
 
 @lru_cache(maxsize=1)
@@ -114,10 +111,11 @@ def _fast():
     return fast
 
 
-# Blocks of Chinese characters (finalseg's range), letters and digits alone. There rjieba's HMM
-# gives finalseg's words: the same tables, sums and tie-breaks; its skip pattern differs only after
-# a letter or digit and one of jieba's symbols ("5-10": finalseg cuts "5", "-", "10", rjieba keeps
-# it whole), so blocks with a symbol take the dictionary path and jieba's own HMM.
+# Blocks of Chinese characters (finalseg's range), letters and digits alone: there rjieba's HMM
+# gives finalseg's words (the same tables, sums and tie-breaks; tests/test_segment.py). With one of
+# jieba's symbols it may not: "5-10" is one word to rjieba, "5", "-", "10" to finalseg, and random
+# blocks with a "." part too. Such blocks (one in a hundred of deepke-zh's) take rjieba's
+# dictionary path and jieba's own HMM.
 _PLAIN = re.compile(r"[\u4E00-\u9FD5a-zA-Z0-9]+").fullmatch
 
 
@@ -176,6 +174,6 @@ def _flush(run: str, out: list[str], fast) -> None:
     if len(run) == 1:
         out.append(run)
     elif not fast.has_word(run):  # a word of jieba's: count >= 1, as rjieba.has_word
-        out.extend(jieba_hmm.cut(run))
+        out.extend(_jieba().finalseg.cut(run))
     else:
         out.extend(run)
