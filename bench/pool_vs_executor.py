@@ -7,13 +7,17 @@ its initializer as it starts (the pool's does so once this process has its own).
     python bench/pool_vs_executor.py RUN_OR_CHECKPOINT CORPUS.csv [--rounds 3] [--workers 2]
 
 Each variant runs in a fresh process, alternating, ``--rounds`` times; prints each wall time and
-the mean ratio to the pool's, and checks that every variant wrote the same lines.
+the mean ratio to the pool's, and checks that every variant wrote the same lines. Then, for each
+variant, the process is killed (SIGKILL, as the OOM killer or ``scancel`` would) once its helpers
+are predicting, and the helper processes still alive ``--linger`` seconds later are counted.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -90,12 +94,41 @@ def one(variant: str, checkpoint: str, corpus: str, out: str, workers: int) -> f
     return time.perf_counter() - start
 
 
+def descendants(pid: int) -> set[int]:
+    out: set[int] = set()
+    try:
+        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return out
+    for kid in map(int, kids):
+        out |= {kid, *descendants(kid)}
+    return out
+
+
+def left_after_kill(variant: str, args, out: str) -> int:
+    """Helper processes alive ``args.linger`` s after this variant's process was SIGKILLed."""
+    proc = subprocess.Popen([sys.executable, __file__, args.checkpoint, args.corpus, "--one",
+                             variant, "--out", out, "--workers", str(args.workers)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(args.kill_after)
+    helpers = descendants(proc.pid)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    time.sleep(args.linger)
+    alive = {pid for pid in helpers if Path(f"/proc/{pid}").exists()}
+    for pid in alive:  # cleaned up, so the next variant runs on a quiet machine
+        os.kill(pid, signal.SIGKILL)
+    return len(alive)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint")
     p.add_argument("corpus")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--workers", type=int, default=2, help="processes, this one included")
+    p.add_argument("--kill-after", type=float, default=4.0, help="s before the kill")
+    p.add_argument("--linger", type=float, default=5.0, help="s after it before counting")
     p.add_argument("--one", choices=VARIANTS, help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
     args = p.parse_args()
@@ -122,6 +155,13 @@ def main() -> None:
         label = "children.Pool" if variant == "pool" else f"ProcessPoolExecutor ({variant})"
         print(f"{label:<36} {' / '.join(f'{t:.2f}' for t in times[variant])} s"
               f"   mean {mean:.2f} s   x{mean / base:.2f} the pool's time")
+    print(f"killed (SIGKILL) after {args.kill_after:g} s: its child processes alive "
+          f"{args.linger:g} s later")
+    with tempfile.TemporaryDirectory(prefix="reltrain-pool-") as tmp:
+        for variant in VARIANTS:
+            left = left_after_kill(variant, args, str(Path(tmp) / f"{variant}.jsonl"))
+            label = "children.Pool" if variant == "pool" else f"ProcessPoolExecutor ({variant})"
+            print(f"{label:<36} {left}")
 
 
 if __name__ == "__main__":
