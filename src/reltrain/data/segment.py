@@ -6,7 +6,6 @@ path cannot be read back, without rjieba, or with jieba's dictionary changed, ji
 from __future__ import annotations
 
 import logging
-import marshal
 import re
 from functools import lru_cache
 
@@ -28,42 +27,12 @@ def _jieba():
 
 
 def _loaded_jieba():
-    """jieba with its dictionary loaded, for the sentences jieba itself segments."""
+    """jieba with its dictionary loaded, by jieba itself (its cache in reltrain's folder), for the
+    text jieba segments: only where rjieba cannot (without rjieba, a changed dictionary, forced
+    splits), so a faster load would serve the rare case."""
     jieba = _jieba()
-    if jieba.dt.dictionary is None and not jieba.dt.initialized:  # the packaged dictionary
-        _load_dictionary(jieba.dt)
-    jieba.initialize()  # a no-op once loaded; jieba's own way for any other dictionary
+    jieba.initialize()  # a no-op once loaded
     return jieba
-
-
-def _load_dictionary(tokenizer) -> None:
-    """jieba's packaged dictionary into ``tokenizer``, from the cache file jieba itself writes in
-    its ``tmp_dir`` (built and written as jieba does when missing or malformed), read in one call:
-    jieba's ``marshal.load`` reads the file a few bytes at a time (1.1 s against 0.26 s at the
-    start of every Chinese ``reltrain predict``)."""
-    import contextlib
-    import os
-    import tempfile
-
-    cache = os.path.join(tokenizer.tmp_dir, "jieba.cache")
-    try:
-        with open(cache, "rb") as f:
-            freq, total = marshal.loads(f.read())
-        if not isinstance(freq, dict) or not isinstance(total, int):
-            raise ValueError("not a jieba dictionary cache")
-    except (OSError, ValueError, EOFError, TypeError):
-        freq, total = tokenizer.gen_pfdict(tokenizer.get_dict_file())
-        tmp = None
-        try:
-            fd, tmp = tempfile.mkstemp(dir=tokenizer.tmp_dir)
-            with os.fdopen(fd, "wb") as f:
-                marshal.dump((freq, total), f)
-            os.replace(tmp, cache)
-        except OSError:  # read-only or full: built again at the next start
-            if tmp is not None:
-                with contextlib.suppress(OSError):
-                    os.unlink(tmp)
-    tokenizer.FREQ, tokenizer.total, tokenizer.initialized = freq, total, True
 
 
 def _private_folder() -> str:
