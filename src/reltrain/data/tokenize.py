@@ -62,12 +62,6 @@ class Tokenizer:
             kind = "jieba" if data_cfg.language == "zh" else "word"
         return cls(kind, lowercase=data_cfg.lowercase and data_cfg.language == "en")
 
-    def load(self) -> None:
-        """Load what the first sentence would (jieba's dictionary, a second), e.g. before
-        forking workers that then share it."""
-        if self.kind == "jieba":
-            jieba_words("")
-
     def pieces(self, text: str, cuts: set[int]) -> list[Piece]:
         """Tokens of ``text``, never crossing a character position in ``cuts``."""
         return self._cut_pieces(text, cuts)[0]
