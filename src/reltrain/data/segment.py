@@ -12,9 +12,9 @@ from functools import lru_cache
 
 @lru_cache(maxsize=1)
 def _jieba():
-    """jieba, imported and quietened once (setLogLevel on every call cost a quarter of
-    prediction time: logging clears its caches). Its dictionary is not loaded here: the fast
-    path asks rjieba's, and jieba's takes 73 MB in every process that loads it."""
+    """jieba, imported and quietened once (setLogLevel clears logging's caches, so calling it per
+    sentence was costly). Its dictionary is not loaded here: the fast path asks rjieba's, and
+    jieba's would be a second large table in every process (docs/benchmarks.md)."""
     import jieba
 
     import jieba.finalseg  # the HMM, called per unknown run: imported once here

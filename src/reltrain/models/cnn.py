@@ -64,7 +64,7 @@ class CNNClassifier(nn.Module):
                 and isinstance(self.act, nn.ReLU) and not _exporting())
 
     def _cpu_inference_forward(self, word, pos_head, pos_tail, masks):
-        """Without autograd on a CPU, about 2.5x faster (docs/benchmarks.md): a convolution is
+        """Without autograd on a CPU, faster (docs/benchmarks.md): a convolution is
         linear in each token's three embeddings, so it is a sum of projections of the tokens in
         its window through the kernel's columns. Each word and position value of the batch is
         projected once into a table, whose rows ``embedding_bag`` sums; the max is taken before
