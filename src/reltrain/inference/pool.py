@@ -57,8 +57,8 @@ def load(path: str, runtime: str, amp: str):
 @contextmanager
 def long_lived():
     """What this process has loaded (torch, the model, the tokenizer's tables) left out of the
-    garbage collector's passes while it predicts: each full pass walked all of it, a seventh of
-    a row's time (docs/benchmarks.md)."""
+    garbage collector's passes while it predicts: each full pass would walk all of it again
+    (docs/benchmarks.md)."""
     gc.freeze()
     try:
         yield

@@ -206,7 +206,7 @@ def result_rows(records: list[Record], probs: np.ndarray | None, labels: list[st
                 top_k: int = 3) -> list[dict]:
     """One answer per record as ``reltrain predict`` writes it: the example, the top relation and
     its score, the ``top_k`` alternatives, and ``gold`` when the example has a relation.
-    ``probs``: (N, C), ranked at once (a row at a time cost a tenth of a chunk's regrouping)."""
+    ``probs``: (N, C), ranked in one call for all rows, not one per row (docs/benchmarks.md)."""
     if not records:
         return []
     order = np.argsort(-probs, axis=1, kind="stable")[:, :max(top_k, 1)]
