@@ -55,7 +55,7 @@ def refused(path, match: str) -> str:
         reltrain.load(path)
     with pytest.raises(UserError, match=match):
         from reltrain.inference.export import export_model
-        from reltrain.inference.options import ExportOptions
+        from reltrain.options import ExportOptions
 
         export_model(ExportOptions(path, os.path.join(os.path.dirname(path), "export-of-refused")))
     return str(caught.value)

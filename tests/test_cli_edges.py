@@ -145,7 +145,7 @@ def test_serves_flags_are_its_options_dataclass_defined_once():
     import dataclasses
 
     from reltrain.errors import UserError
-    from reltrain.inference.options import ServeOptions
+    from reltrain.options import ServeOptions
     from reltrain.options import add_to, from_args
 
     parser = argparse.ArgumentParser()
@@ -164,7 +164,7 @@ def test_predicts_flags_are_its_options_dataclass_defined_once():
 
     from reltrain.errors import UserError
     from reltrain.options import add_to, from_args
-    from reltrain.command_options import PredictOptions
+    from reltrain.options import PredictOptions
 
     parser = argparse.ArgumentParser()
     add_to(parser, PredictOptions)
@@ -181,7 +181,7 @@ def test_predicts_flags_are_its_options_dataclass_defined_once():
 
 
 def test_evaluates_options_refuse_an_empty_negative_label_and_a_bad_runtime():
-    from reltrain.command_options import EvaluateOptions
+    from reltrain.options import EvaluateOptions
     from reltrain.errors import UserError
 
     with pytest.raises(UserError, match="--negative-label must be auto, none or a label"):

@@ -7,13 +7,12 @@ import os
 import sys
 from contextlib import contextmanager
 
-from reltrain.command_options import EvaluateOptions, PredictOptions
 from reltrain.compare_cmd import CompareOptions
 from reltrain.errors import Preempted, UserError
-from reltrain.inference.options import ExportOptions, ServeOptions
 from reltrain.inspect_cmd import InspectOptions
 from reltrain.launch import adopt_local_rank_flag, first_rank
-from reltrain.options import add_to, from_args
+from reltrain.options import (EvaluateOptions, ExportOptions, PredictOptions, ServeOptions,
+                              add_to, from_args)
 from reltrain.report_cmd import ReportOptions
 
 _CONFIG_EPILOG = """\
@@ -45,26 +44,29 @@ def _parser() -> argparse.ArgumentParser:
         # torch.distributed.launch passes --local-rank (torch >= 2) or --local_rank (older).
         p.add_argument("--local-rank", "--local_rank", dest="local_rank", type=int,
                        help=argparse.SUPPRESS)
-    for name, options, text, description in _COMMANDS:
+    for name, options, text, description, _ in _COMMANDS:
         add_to(sub.add_parser(name, help=text, description=description), options)
     return parser
 
 
-_COMMANDS = (
+_COMMANDS = (  # name, options, help, description, the function that runs it
     ("inspect", InspectOptions, "check data before training: repeated rows, test sentences also "
-                                "in train, untrained relations, balance", None),
+                                "in train, untrained relations, balance", None,
+     "reltrain.inspect_cmd:run_inspect"),
     ("report", ReportOptions, "one offline HTML page of runs: figures, curves, F1 per relation, "
-                              "confusion matrix, misclassified rows", None),
+                              "confusion matrix, misclassified rows", None,
+     "reltrain.report_cmd:run_report"),
     ("compare", CompareOptions, "finished runs side by side: test figures, F1 per relation, the "
-                                "options that differ", None),
-    ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)", None),
-    ("predict", PredictOptions, "label a file or one sentence (JSON lines)", None),
+                                "options that differ", None, "reltrain.compare_cmd:run_compare"),
+    ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)", None,
+     "reltrain.evaluate:run_evaluate"),
+    ("predict", PredictOptions, "label a file or one sentence (JSON lines)", None, None),
     ("export", ExportOptions, "write a shareable model folder (safetensors + JSON + card)",
      "Write CHECKPOINT as a folder: model.safetensors, config.json (id2label), the vocabulary "
-     "or tokenizer files, README.md."),
+     "or tokenizer files, README.md.", "reltrain.inference.export:run_export"),
     ("serve", ServeOptions, "an HTTP JSON API with micro-batching (needs reltrain[serve])",
      "POST /predict (one example or a list), GET /health, GET /model. Concurrent requests are "
-     "predicted in shared batches."),
+     "predicted in shared batches.", "reltrain.inference.server:serve"),
 )
 
 
@@ -154,31 +156,12 @@ def _dispatch(args) -> int:
             run_preprocess(cfg)
         else:
             run_train(cfg)
-    elif args.command == "report":
-        from reltrain.report_cmd import run_report
+    elif args.command != "predict":
+        import importlib
 
-        run_report(from_args(ReportOptions, args))
-    elif args.command == "compare":
-        from reltrain.compare_cmd import run_compare
-
-        run_compare(from_args(CompareOptions, args))
-    elif args.command == "inspect":
-        from reltrain.inspect_cmd import run_inspect
-
-        run_inspect(from_args(InspectOptions, args))
-    elif args.command == "export":
-        from reltrain.inference.export import export_model
-
-        out = export_model(from_args(ExportOptions, args))
-        print(f"exported {args.checkpoint} to {out}", flush=True)
-    elif args.command == "serve":
-        from reltrain.inference.server import serve
-
-        serve(from_args(ServeOptions, args))
-    elif args.command == "evaluate":
-        from reltrain.evaluate import run_evaluate
-
-        run_evaluate(options=from_args(EvaluateOptions, args))
+        _, options, _, _, runner = next(c for c in _COMMANDS if c[0] == args.command)
+        module, function = runner.split(":")
+        getattr(importlib.import_module(module), function)(options=from_args(options, args))
     else:
         options = from_args(PredictOptions, args)
         with _starting():

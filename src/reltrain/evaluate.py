@@ -7,7 +7,7 @@ import logging
 
 from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
-from reltrain.command_options import EvaluateOptions
+from reltrain.options import EvaluateOptions
 from reltrain.output import check_output, write_output
 from reltrain.inference.predictor import Predictor, write_predictions
 from reltrain.data.schema import negative_index

@@ -1,14 +1,17 @@
 """A command's options as one dataclass: each field says its flag and help once (``opt``), the
 command line's parser is built from the class (``add_to``), the command gets the class back
-(``from_args``), and the class validates itself once, in ``__post_init__``; the Python API takes
-the same object."""
+(``from_args``), and the class validates itself once, in ``__post_init__``; the Python API
+(``run_predict``, ``run_evaluate``, ``export_model``, ``create_app``) takes the same object. The
+options of the commands that read a model are here; inspect's, report's and compare's stand in
+their own modules."""
 
 from __future__ import annotations
 
 import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
-from reltrain.config import AMP_SETTINGS, RUNTIMES, check_choices
+from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
+from reltrain.errors import UserError
 
 
 def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None,
@@ -66,3 +69,138 @@ class ModelOptions:
 def from_args(cls, args: argparse.Namespace):
     """``cls`` from the parsed command line (its fields that the parser has)."""
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
+
+
+def _bounded(options, names: tuple[str, ...], ok, words: str) -> None:
+    """Each named option (None: not given) passes ``ok``, else ``--name must be <words>``."""
+    for name in names:
+        value = getattr(options, name)
+        if value is not None and not ok(value):
+            raise UserError(f"--{name.replace('_', '-')} must be {words}, not {value:g}")
+
+
+_MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
+
+
+@dataclass
+class PredictOptions(ModelOptions):
+    checkpoint: str = opt(help=_MODEL)
+    data: str | None = opt(None, ".csv or .jsonl (relation column optional); - reads standard "
+                                 "input (JSON lines if its first row is an object, else CSV)",
+                           positional=True)
+    text: str | None = opt(None, "one sentence to label (with --head and --tail)", kind=str)
+    head: str | None = opt(None, "head entity text", kind=str)
+    tail: str | None = opt(None, "tail entity text", kind=str)
+    head_offset: int | None = opt(None, "character offset of the head (default: first "
+                                        "occurrence)", kind=int)
+    tail_offset: int | None = opt(None, "character offset of the tail (default: first "
+                                        "occurrence)", kind=int)
+    top_k: int = opt(3, "alternatives per answer (default 3)")
+    output: str | None = opt(None, "write JSON lines here instead of stdout", kind=str,
+                             metavar="FILE")
+    progress: str = opt("auto", "progress bar with rows/s (auto: on a terminal)", choices=SWITCH)
+    workers: int | None = opt(None, "processes that predict chunks of rows, this one included "
+                                    "(on a GPU: that tokenize them; default: one per core, at "
+                                    "most 8; 0 or 1: this one alone)", kind=int, metavar="N")
+    chunk_rows: int = opt(4096, "rows read, predicted and written at a time (default 4096)",
+                          metavar="N")
+    devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "
+                          "same output as one)", metavar="N")
+    skip_bad_rows: bool = opt(False, "go on past invalid rows: a {\"line\", \"error\"} line "
+                                     "in their place")
+
+    def __post_init__(self):
+        super().__post_init__()
+        _bounded(self, ("top_k", "chunk_rows"), lambda v: v >= 1, "at least 1")
+        _bounded(self, ("workers", "devices"), lambda v: v >= 0, ">= 0")
+        check_choices(progress=(self.progress, SWITCH))
+        given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
+                 if getattr(self, name) is not None]
+        if self.data is not None and given:
+            flags = " --".join(name.replace("_", "-") for name in given)
+            raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
+                            f"(--{flags} with {self.data})")
+        if self.data is None and (self.text is None or self.head is None or self.tail is None):
+            raise UserError("give a DATA file, or --text with --head and --tail")
+
+
+@dataclass
+class EvaluateOptions(ModelOptions):
+    checkpoint: str = opt(help=_MODEL)
+    data: str = opt(help="labelled .csv or .jsonl")
+    output: str | None = opt(None, "also write the JSON here", kind=str, metavar="FILE")
+    predictions: str | None = opt(None, "also write every row with its gold and predicted "
+                                        "relation (JSON lines)", kind=str, metavar="FILE")
+    negative_label: str | None = opt(None, "the 'no relation' label for the positive figures "
+                                           "(default: the model's eval.negative_label: auto, "
+                                           "none or a label)", kind=str, metavar="NAME")
+    skip_bad_rows: bool = opt(False, "go on past invalid rows (each is counted in "
+                                     "skipped_rows)")
+    batch_size: int = 256
+
+    def __post_init__(self):
+        super().__post_init__()
+        _bounded(self, ("batch_size",), lambda v: v >= 1, "at least 1")
+        if self.negative_label is not None and not self.negative_label.strip():
+            raise UserError("--negative-label must be auto, none or a label, not empty")
+
+
+@dataclass
+class ServeOptions(ModelOptions):
+    model: str = opt(help="an exported folder, a run directory or a .pt checkpoint")
+    host: str = opt("127.0.0.1", "address to listen on (default 127.0.0.1; 0.0.0.0 for every "
+                                 "interface)")
+    port: int = opt(8000, "(default 8000)")
+    max_batch: int = opt(64, "examples per model batch (default 64; 1: no micro-batching)",
+                         metavar="N")
+    max_wait_ms: float = opt(0.0, "how long a batch waits for more requests (default 0: it takes "
+                                  "what queued while the model was busy)", metavar="MS")
+    workers: int = opt(1, "server processes, each with the model and the cores shared (default 1)",
+                       metavar="N")
+    top_k: int = opt(3, "alternatives per answer (a request may ask ?top_k=N)")
+    max_items: int = opt(1024, "examples per request, each pair of a sentence's entities counting "
+                               "(default 1024)", metavar="N")
+    max_text_chars: int = opt(10_000, "characters per text (default 10000)", metavar="N")
+    max_request_chars: int = opt(1_000_000, "characters of text one request may ask to read, each "
+                                            "example (every entity pair) reading its whole text; "
+                                            "more: 413 (default 1000000)", metavar="N")
+    max_queue: int = opt(4096, "examples waiting for the model at most; more: 503 with "
+                               "Retry-After (default 4096)", metavar="N")
+    max_connections: int = opt(1000, "open connections per worker process; more: 503 (default "
+                                     "1000)", metavar="N")
+    body_timeout_s: float = opt(30.0, "a request body slower than this: 408 (default 30)",
+                                metavar="S")
+    drain_timeout_s: float = opt(30.0, "on SIGTERM/SIGINT, how long requests in flight may finish "
+                                       "(default 30; a second signal stops at once)", metavar="S")
+    access_log: bool = opt(False, "one JSON line per request on stderr (request id, status, time)")
+    demo: bool = opt(True, "no demo page at GET / (the JSON API only)")
+    max_body_bytes: int = 1_000_000
+    threads: int = 0  # torch threads per process; 0: the cores shared among the workers
+
+    def __post_init__(self):
+        super().__post_init__()
+        _bounded(self, ("max_batch", "top_k", "max_items", "max_text_chars", "max_request_chars",
+                        "max_body_bytes", "max_queue", "workers", "max_connections"),
+                 lambda v: v >= 1, "at least 1")
+        _bounded(self, ("body_timeout_s", "drain_timeout_s"), lambda v: v > 0, "positive")
+        _bounded(self, ("max_wait_ms", "threads"), lambda v: v >= 0, ">= 0")
+        _bounded(self, ("port",), lambda v: 0 <= v <= 65535, "from 0 to 65535")
+        if self.max_queue < self.max_items:
+            raise UserError(f"--max-queue ({self.max_queue}) must hold at least one request of "
+                            f"--max-items ({self.max_items}) examples")
+
+
+EXPORT_FORMATS = ("safetensors", "onnx")
+
+
+@dataclass
+class ExportOptions:
+    checkpoint: str = opt(help="a .pt checkpoint, a run directory or an exported folder")
+    out_dir: str = opt(help="a new (or empty) folder", metavar="OUT_DIR")
+    format: str = opt("safetensors", "onnx: also model.onnx, for --runtime onnx (needs "
+                                     "reltrain[onnx])", choices=EXPORT_FORMATS)
+
+    def __post_init__(self):
+        check_choices(format=(self.format, EXPORT_FORMATS))
+        if not str(self.out_dir).strip():
+            raise UserError("OUT_DIR must name the folder to write")

@@ -16,7 +16,7 @@ from reltrain.data.schema import Record
 from reltrain.errors import SharedUserError, UserError
 from reltrain.inference import pool
 from reltrain.output import check_output, output_stream
-from reltrain.command_options import PredictOptions
+from reltrain.options import PredictOptions
 from reltrain.launch import local_processes
 from reltrain.stops import StopRequest
 

@@ -15,10 +15,17 @@ from pathlib import Path
 from reltrain.artifacts import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
                                 is_exported, load_artifact, model_source)
 from reltrain.checkpoint_format import metric_values
-from reltrain.inference.options import ExportOptions
+from reltrain.options import ExportOptions
 from reltrain.errors import UserError
 
 log = logging.getLogger(__name__)
+
+
+def run_export(options: ExportOptions) -> Path:
+    """``reltrain export``: ``export_model``, then the line that says where it wrote."""
+    out = export_model(options)
+    print(f"exported {options.checkpoint} to {out}", flush=True)
+    return out
 
 
 def export_model(options: ExportOptions) -> Path:

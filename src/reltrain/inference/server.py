@@ -18,7 +18,7 @@ from reltrain.errors import UserError
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed, Unavailable
 from reltrain.inference.observe import Metrics, Observed, access_log_to_stderr
 from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
-from reltrain.inference.options import ServeOptions
+from reltrain.options import ServeOptions
 
 log = logging.getLogger("reltrain.serve")
 
