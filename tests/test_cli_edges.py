@@ -186,5 +186,5 @@ def test_evaluates_options_refuse_an_empty_negative_label_and_a_bad_runtime():
 
     with pytest.raises(UserError, match="--negative-label must be auto, none or a label"):
         EvaluateOptions("m", "d.csv", negative_label=" ")
-    with pytest.raises(UserError, match="--runtime must be one of torch, onnx"):
+    with pytest.raises(UserError, match="--runtime must be torch or onnx"):
         EvaluateOptions("m", "d.csv", runtime="tensorrt")

@@ -14,20 +14,29 @@ from reltrain.errors import UserError, first_line
 AMP_SETTINGS = ("auto", "off", "bf16", "fp16")
 RUNTIMES = ("torch", "onnx")
 SWITCH = ("auto", "true", "false")  # log.progress, log.tensorboard, --progress
+SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1", "loss")
 
 
-def check_choices(**given: tuple[str, tuple]) -> None:
-    """``name=(value, choices)`` for command-line options (``top_k`` is ``--top-k``)."""
-    for name, (value, choices) in given.items():
-        if value not in choices:
-            raise UserError(f"--{name.replace('_', '-')} must be one of {', '.join(choices)}, "
+def check_choices(options, prefix: str = "--") -> None:
+    """Each field of the dataclass ``options`` with ``choices`` in its metadata holds one of them,
+    nested ones too; with the prefix ``--`` a field is named as its flag (``--top-k``)."""
+    for f in dataclasses.fields(options):
+        value, choices = getattr(options, f.name), f.metadata.get("choices")
+        if dataclasses.is_dataclass(value):
+            check_choices(value, f"{prefix}{f.name}.")
+        elif choices and value not in choices:
+            name = prefix + (f.name.replace("_", "-") if prefix == "--" else f.name)
+            raise UserError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, "
                             f"not '{value}'")
 
 
-def _opt(default, help: str, **kw):
+def _opt(default, help: str, choices: tuple | None = None):
+    """An option with its help, and its only values where it has a fixed set (``validate``
+    refuses any other)."""
+    meta = {"help": help, "choices": choices}
     if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass
@@ -36,8 +45,9 @@ class DataConfig:
     valid: str = _opt("", "validation file; empty with data.train set: no validation")
     test: str = _opt("", "test file, scored once with the best checkpoint")
     labels: str = _opt("", "label file (relation.csv or one label per line); empty: from data.train")
-    language: str = _opt("en", "zh or en")
-    tokenizer: str = _opt("auto", "auto (zh: jieba, en: word), jieba, char or word")
+    language: str = _opt("en", "zh or en", ("zh", "en"))
+    tokenizer: str = _opt("auto", "auto (zh: jieba, en: word), jieba, char or word",
+                          ("auto", "jieba", "char", "word"))
     lowercase: bool = _opt(True, "lower-case English tokens")
     max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities")
     min_freq: int = _opt(2, "a training token needs this many occurrences to enter the vocabulary")
@@ -54,14 +64,15 @@ class DataConfig:
 class CNNConfig:
     kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
     num_filters: int = _opt(128, "filters per kernel size")
-    activation: str = _opt("relu", "relu, gelu or tanh")
+    activation: str = _opt("relu", "relu, gelu or tanh", ("relu", "gelu", "tanh"))
 
 
 @dataclass
 class BiLSTMConfig:
     hidden: int = _opt(150, "hidden size per direction")
     layers: int = _opt(2, "stacked layers")
-    pooling: str = _opt("attention", "attention (Att-BLSTM), max or last")
+    pooling: str = _opt("attention", "attention (Att-BLSTM), max or last",
+                        ("attention", "max", "last"))
 
 
 @dataclass
@@ -70,15 +81,18 @@ class TransformerConfig:
     layers: int = _opt(3, "encoder layers")
     heads: int = _opt(4, "attention heads")
     ff: int = _opt(256, "feed-forward size")
-    positions: str = _opt("sinusoidal", "sinusoidal or learned token positions")
+    positions: str = _opt("sinusoidal", "sinusoidal or learned token positions",
+                          ("sinusoidal", "learned"))
     dropout: float = _opt(0.1, "dropout inside the encoder layers")
 
 
 @dataclass
 class LMConfig:
     pretrained: str = _opt("", "local folder of a Hugging Face encoder (BERT, RoBERTa, MiniLM...)")
-    pooling: str = _opt("entity", "entity (head and tail start markers) or cls")
-    markers: str = _opt("plain", "plain entity markers, or typed (from head_type/tail_type columns)")
+    pooling: str = _opt("entity", "entity (head and tail start markers) or cls",
+                        ("entity", "cls"))
+    markers: str = _opt("plain", "plain entity markers, or typed (from head_type/tail_type "
+                                  "columns)", ("plain", "typed"))
     add_chars: int = _opt(2, "characters the tokenizer reads as [UNK] and seen this often in the "
                              "training text get their own token, learned at train.lr (0: off)")
     dropout: float = _opt(0.1, "dropout before the classifier")
@@ -117,24 +131,27 @@ class TrainConfig:
     lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)")
     encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder")
     weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)")
-    schedule: str = _opt("auto", "auto (lm: linear, else plateau), plateau (on the selection metric) or linear")
+    schedule: str = _opt("auto", "auto (lm: linear, else plateau), plateau (on the selection "
+                                 "metric) or linear", ("auto", "plateau", "linear"))
     warmup_ratio: float = _opt(0.1, "linear schedule: share of the steps spent warming up")
     amp: str = _opt("auto", "mixed precision for training, evaluation and test: auto (lm: bf16 on a "
-                            "GPU or CPU with bf16 arithmetic, else fp32), off, bf16 or fp16 (CUDA)")
+                            "GPU or CPU with bf16 arithmetic, else fp32), off, bf16 or fp16 (CUDA)",
+                   AMP_SETTINGS)
     lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)")
     lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
     grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
     sparse_embeddings: str = _opt("auto", "update only the word-embedding rows a step used "
                                           "(SparseAdam), so a step costs the same at any "
                                           "vocabulary size: auto (on a CPU, for reltrain's own "
-                                          "encoders), true or false")
+                                          "encoders), true or false", SWITCH)
     early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off")
     select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
                                       "plateau and early stopping: auto (positive_micro_f1 where "
                                       "the labels have a negative relation, else macro_f1), "
                                       "macro_f1, micro_f1, positive_micro_f1, positive_macro_f1 "
-                                      "or loss")
-    class_weights: str = _opt("none", "none or balanced (inverse class frequency in the loss)")
+                                      "or loss", SELECT_METRICS)
+    class_weights: str = _opt("none", "none or balanced (inverse class frequency in the loss)",
+                              ("none", "balanced"))
     seed: int = _opt(1, "seed for python, numpy and torch")
 
 
@@ -147,8 +164,10 @@ class EvalConfig:
 
 @dataclass
 class DistConfig:
-    strategy: str = _opt("auto", "auto (ddp under a launcher, else single), single, ddp or dp")
-    backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo")
+    strategy: str = _opt("auto", "auto (ddp under a launcher, else single), single, ddp or dp",
+                         ("auto", "single", "ddp", "dp"))
+    backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo",
+                        ("auto", "nccl", "gloo"))
     timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
@@ -162,9 +181,9 @@ class CheckpointConfig:
 
 @dataclass
 class LogConfig:
-    progress: str = _opt("auto", "progress bars: auto (on a terminal), true or false")
+    progress: str = _opt("auto", "progress bars: auto (on a terminal), true or false", SWITCH)
     plots: bool = _opt(True, "write plots/*.png")
-    tensorboard: str = _opt("auto", "auto (if installed), true or false")
+    tensorboard: str = _opt("auto", "auto (if installed), true or false", SWITCH)
 
 
 @dataclass
@@ -187,7 +206,6 @@ class Config:
 METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy",
            "positive_micro_f1", "positive_micro_precision", "positive_micro_recall",
            "positive_macro_f1")
-SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1", "loss")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
 
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from reltrain.config import (AMP_SETTINGS, DEVICE_NAMES, SELECT_METRICS, SWITCH, Config,
-                             DataConfig, EvalConfig, ModelConfig, TrainConfig, dotted,
-                             finite_number, to_dict)
+from reltrain.config import (DEVICE_NAMES, Config, DataConfig, EvalConfig, ModelConfig,
+                             TrainConfig, check_choices, dotted, finite_number, to_dict)
 from reltrain.errors import UserError
 
 
@@ -58,6 +57,7 @@ def validate_values(cfg: Config) -> None:
     # ... and `off` as False: train.amp=off on the command line arrives as "False".
     if str(t.amp).lower() in ("false", "off"):
         t.amp = "off"
+    check_choices(cfg, "")
     _check_data(cfg.data)
     _check_model(cfg.model)
     _check_train(t, cfg.eval)
@@ -65,9 +65,6 @@ def validate_values(cfg: Config) -> None:
 
 
 def _check_data(d: DataConfig) -> None:
-    _check(d.language in ("zh", "en"), f"data.language must be zh or en, not '{d.language}'")
-    _check(d.tokenizer in ("auto", "jieba", "char", "word"),
-           f"data.tokenizer must be auto, jieba, char or word, not '{d.tokenizer}'")
     _check(d.max_len >= 8, "data.max_len must be at least 8")
     _check(d.min_freq >= 1, "data.min_freq must be at least 1")
     _check(d.max_vocab >= 0, "data.max_vocab must be 0 (no cap) or more")
@@ -84,21 +81,14 @@ def _check_model(m: ModelConfig) -> None:
     _check(m.word_dim > 0 and m.pos_dim > 0 and c.num_filters > 0, "model sizes must be positive")
     _check(bool(c.kernel_sizes) and all(k > 0 and k % 2 == 1 for k in c.kernel_sizes),
            f"model.cnn.kernel_sizes must be odd positive widths, not {list(c.kernel_sizes)}")
-    _check(c.activation in ("relu", "gelu", "tanh"), "model.cnn.activation must be relu, gelu or tanh")
     _check(all(0.0 <= p < 1.0 for p in (m.dropout, f.dropout, lm.dropout)),
            "model dropouts must be in [0, 1)")
-    _check(r.pooling in ("attention", "max", "last"),
-           "model.bilstm.pooling must be attention, max or last")
-    _check(f.positions in ("sinusoidal", "learned"),
-           "model.transformer.positions must be sinusoidal or learned")
     _check(min(r.hidden, r.layers, f.dim, f.layers, f.heads, f.ff) > 0, "model sizes must be positive")
     _check(f.dim % f.heads == 0, "model.transformer.dim must be a multiple of model.transformer.heads")
     _check(max(m.word_dim, m.pos_dim, c.num_filters, r.hidden, f.dim, f.ff, f.heads,
                *c.kernel_sizes) <= MAX_WIDTH and len(c.kernel_sizes) <= 16,
            f"model sizes must be at most {MAX_WIDTH}, with at most 16 kernel sizes")
     _check(max(r.layers, f.layers) <= MAX_LAYERS, f"model layers must be at most {MAX_LAYERS}")
-    _check(lm.pooling in ("entity", "cls"), "model.lm.pooling must be entity or cls")
-    _check(lm.markers in ("plain", "typed"), "model.lm.markers must be plain or typed")
     _check(lm.add_chars >= 0, "model.lm.add_chars must be >= 0")
     _check(m.name != "lm" or not m.word_vectors, "model.word_vectors does not apply to model.name=lm")
 
@@ -114,24 +104,13 @@ def _check_train(t: TrainConfig, evaluation: EvalConfig) -> None:
     _check(t.lr_patience >= 0, "train.lr_patience must be >= 0")
     _check(t.early_stopping >= 0, "train.early_stopping must be >= 0 (0: off)")
     _check(t.encoder_lr > 0 and 0 <= t.warmup_ratio < 1, "train.encoder_lr > 0, 0 <= train.warmup_ratio < 1")
-    _check(t.schedule in ("auto", "plateau", "linear"), "train.schedule must be auto, plateau or linear")
-    _check(t.amp in AMP_SETTINGS, f"train.amp must be one of {', '.join(AMP_SETTINGS)}")
-    _check(t.select_metric in SELECT_METRICS,
-           f"train.select_metric must be one of {', '.join(SELECT_METRICS)}")
     _check(bool(evaluation.negative_label.strip()), "eval.negative_label must be auto, none or a label")
-    _check(t.sparse_embeddings in SWITCH, "train.sparse_embeddings must be auto, true or false")
-    _check(t.class_weights in ("none", "balanced"), "train.class_weights must be none or balanced")
 
 
 def _check_run(cfg: Config) -> None:
     """The options of how and where a run goes: processes, devices, logs, checkpoints."""
     dist = cfg.dist
-    _check(dist.strategy in ("auto", "single", "ddp", "dp"),
-           "dist.strategy must be auto, single, ddp or dp")
-    _check(dist.backend in ("auto", "nccl", "gloo"), "dist.backend must be auto, nccl or gloo")
     _check(dist.timeout_s > 0, "dist.timeout_s must be positive")
-    for key in ("progress", "tensorboard"):
-        _check(getattr(cfg.log, key) in SWITCH, f"log.{key} must be auto, true or false")
     _check(cfg.devices >= 0, "devices must be >= 0")
     _check(all(i >= 0 for i in dist.dp_devices), "dist.dp_devices must be GPU ids >= 0")
     _check(cfg.ckpt.every_steps >= 0, "ckpt.every_steps must be >= 0")

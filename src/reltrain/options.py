@@ -63,7 +63,7 @@ class ModelOptions:
                    choices=AMP_SETTINGS)
 
     def __post_init__(self):
-        check_choices(runtime=(self.runtime, RUNTIMES), amp=(self.amp, AMP_SETTINGS))
+        check_choices(self)
 
 
 def from_args(cls, args: argparse.Namespace):
@@ -113,7 +113,6 @@ class PredictOptions(ModelOptions):
         super().__post_init__()
         _bounded(self, ("top_k", "chunk_rows"), lambda v: v >= 1, "at least 1")
         _bounded(self, ("workers", "devices"), lambda v: v >= 0, ">= 0")
-        check_choices(progress=(self.progress, SWITCH))
         given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
                  if getattr(self, name) is not None]
         if self.data is not None and given:
@@ -201,6 +200,6 @@ class ExportOptions:
                                      "reltrain[onnx])", choices=EXPORT_FORMATS)
 
     def __post_init__(self):
-        check_choices(format=(self.format, EXPORT_FORMATS))
+        check_choices(self)
         if not str(self.out_dir).strip():
             raise UserError("OUT_DIR must name the folder to write")
