@@ -26,23 +26,19 @@ def train(config=None, overrides=None) -> dict:
     """
     import json
 
-    from reltrain.config import load_config
+    from reltrain.config import dotted, load_config
     from reltrain.distributed import launched
     from reltrain.errors import UserError
     from reltrain.train_cmd import run_train
 
-    def dotted(mapping: dict, prefix: str = ""):
-        for key, value in mapping.items():
-            if isinstance(value, dict):
-                yield from dotted(value, f"{prefix}{key}.")
-            else:  # JSON is YAML: the value reads back as the same number, string or list
-                yield f"{prefix}{key}={json.dumps(value, ensure_ascii=False)}"
+    def items_of(mapping: dict) -> list[str]:  # JSON is YAML: each value reads back the same
+        return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in dotted(mapping).items()]
 
     if config is not None and not isinstance(config, (str, dict)) and not hasattr(config, "__fspath__"):
         raise UserError("config must be a file path or a mapping of options")
-    items = list(dotted(config)) if isinstance(config, dict) else []
+    items = items_of(config) if isinstance(config, dict) else []
     if isinstance(overrides, dict):
-        items += list(dotted(overrides))
+        items += items_of(overrides)
     elif overrides:
         items += [str(item) for item in overrides]
     path = None if config is None or isinstance(config, dict) else str(config)

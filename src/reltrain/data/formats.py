@@ -79,7 +79,7 @@ def semeval_rows(path: str, lines: Iterator[str], finish, relation_of) -> Iterat
             yield pending[0], _build(path, pending, text, finish, relation_of)
             pending = None
         else:
-            yield number, partial(_fail, DataError(
+            yield number, partial(fail, DataError(
                 path, number, None, "expected a numbered sentence with <e1> and <e2> tags "
                                     "(SemEval-2010 Task 8's format)"))
     if pending:
@@ -95,7 +95,8 @@ def _tagged(sentence, label, path, line, finish, relation_of) -> Record:
     return tagged_record(sentence, relation_of(path, line, label), path, line, "sentence", finish)
 
 
-def _fail(exc: Exception):
+def fail(exc: Exception):
+    """Raises ``exc``: a row's ``build`` (with ``partial``) for a row known bad when read."""
     raise exc
 
 

@@ -211,21 +211,13 @@ def _csv_rows(path: str, require_relation: bool, lines: Iterator[str] | None = N
         except csv.Error as exc:
             err = DataError(path, line, None, f"bad CSV: {exc}")
             start, line = line, reader.line_num + 1
-            yield start, _raiser(err)
+            yield start, partial(formats.fail, err)
             continue
         start, line = line, reader.line_num + 1
         if not values or all(not v.strip() for v in values):
             continue
         yield start, partial(_csv_record, path, start, header, col, values, require_relation,
                              tagged)
-
-
-def _raise(exc: Exception):
-    raise exc
-
-
-def _raiser(exc: Exception):
-    return partial(_raise, exc)
 
 
 def _csv_record(path, line, header, col, values, require_relation, tagged=False) -> Record:

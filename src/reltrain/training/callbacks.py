@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import time
@@ -126,14 +127,6 @@ class TensorBoardLog(Callback):
         self.writer.close()
 
 
-def tensorboard_available() -> bool:
-    try:
-        import tensorboard  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def build_callbacks(run_dir: Path, cfg, select: str, history: list[dict]) -> list[Callback]:
     """``select``: the validation figure that picks best.pt, as resolved for this data;
     ``history``: the metrics of the epochs a resumed run keeps (``start_run_dir``), all that a
@@ -142,7 +135,7 @@ def build_callbacks(run_dir: Path, cfg, select: str, history: list[dict]) -> lis
                                  MetricsLog(run_dir / "metrics.jsonl")]
     if cfg.log.plots:
         callbacks.append(CurvePlots(run_dir / "plots", history))
-    if cfg.log.tensorboard != "false" and tensorboard_available():
+    if cfg.log.tensorboard != "false" and importlib.util.find_spec("tensorboard") is not None:
         callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
     elif cfg.log.tensorboard == "true":
         from reltrain.errors import UserError
