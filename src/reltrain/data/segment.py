@@ -1,7 +1,7 @@
 """jieba's words (accurate mode, HMM on), faster, as the models were trained on jieba's words:
 ``rjieba``'s own cut for blocks of Chinese characters, letters and digits; for a block with one of
 jieba's symbols, rjieba's dictionary path with unknown runs through jieba's own HMM. Where that
-path cannot be read back, without rjieba, or with jieba's dictionary changed, jieba segments."""
+path cannot be read back, or with jieba's dictionary changed, jieba segments."""
 
 from __future__ import annotations
 
@@ -28,8 +28,8 @@ def _jieba():
 
 def _loaded_jieba():
     """jieba with its dictionary loaded, by jieba itself (its cache in reltrain's folder), for the
-    text jieba segments: only where rjieba cannot (without rjieba, a changed dictionary, forced
-    splits), so a faster load would serve the rare case."""
+    text jieba segments: only where rjieba cannot (a changed dictionary, forced splits), so a
+    faster load would serve the rare case."""
     jieba = _jieba()
     jieba.initialize()  # a no-op once loaded
     return jieba
@@ -53,16 +53,6 @@ def _private_folder() -> str:
 
 
 @lru_cache(maxsize=1)
-def _rjieba():
-    """rjieba (its dictionary is jieba's packaged one), or None without it."""
-    try:
-        import rjieba
-    except ImportError:
-        return None
-    return rjieba
-
-
-@lru_cache(maxsize=1)
 def _first_seen(dt) -> tuple[int, int]:
     """The size and total count of jieba's dictionary when reltrain first saw it loaded."""
     return len(dt.FREQ), dt.total
@@ -72,12 +62,14 @@ def _fast():
     """rjieba while jieba's dictionary is its own and unchanged; a custom dictionary, an added or
     deleted word or a new count, none of which rjieba would know, sends every sentence to jieba.
     Changing a word loads jieba's dictionary first, so one never loaded is unchanged."""
-    jieba, fast = _jieba(), _rjieba()
+    import rjieba  # its dictionary is jieba's packaged one
+
+    jieba = _jieba()
     dt = jieba.dt
-    if (fast is None or dt.dictionary != jieba.DEFAULT_DICT or jieba.finalseg.Force_Split_Words
+    if (dt.dictionary != jieba.DEFAULT_DICT or jieba.finalseg.Force_Split_Words
             or (dt.initialized and (len(dt.FREQ), dt.total) != _first_seen(dt))):
         return None
-    return fast
+    return rjieba
 
 
 # Blocks of Chinese characters (finalseg's range), letters and digits alone: there rjieba's HMM
