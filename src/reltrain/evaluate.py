@@ -9,9 +9,9 @@ from reltrain.config import DistConfig
 from reltrain.data.readers import read_records
 from reltrain.options import EvaluateOptions
 from reltrain.output import check_output, write_output
-from reltrain.inference.predictor import Predictor, write_predictions
+from reltrain.inference.predictor import write_predictions
 from reltrain.data.schema import negative_index
-from reltrain.predict import warn_misfit
+from reltrain.predict import load_predictor, warn_misfit
 from reltrain import distributed as D
 from reltrain.training.evaluation import evaluate
 
@@ -29,10 +29,7 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
     check_output(o.predictions, (o.data, o.checkpoint))
     ctx = D.setup(o.device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,
-                                              amp=o.amp)
-        if ctx.is_main:
-            log.info(predictor.precision.describe())
+        predictor = load_predictor(o, ctx)
         result = read_records(o.data, predictor.labels, skip_bad_rows=o.skip_bad_rows)
         if ctx.is_main:
             warn_misfit(predictor, result.records)

@@ -62,14 +62,11 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
              stop: StopRequest) -> int:
     from reltrain import distributed as D
     from reltrain.config import DistConfig
-    from reltrain.inference.predictor import Predictor, make_record
+    from reltrain.inference.predictor import make_record
 
     ctx = D.setup(o.device, DistConfig())
     try:
-        predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,
-                                              amp=o.amp)
-        if ctx.is_main:
-            log.info(predictor.precision.describe())
+        predictor = load_predictor(o, ctx)
         if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
             raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
                                   "--devices / torchrun, or give a file")
@@ -198,6 +195,17 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
             encode = partial(_encode_chunk, skip_bad_rows=o.skip_bad_rows)
             for parsed, split in helpers.map(encode, chunks, check, local=predictor):
                 yield _lines(predictor, parsed, o.top_k, split)
+
+
+def load_predictor(o, ctx: D.DistContext) -> Predictor:
+    """The model of ``o.checkpoint`` on this rank's device; rank 0 logs its precision."""
+    from reltrain.inference.predictor import Predictor
+
+    predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,
+                                          amp=o.amp)
+    if ctx.is_main:
+        log.info(predictor.precision.describe())
+    return predictor
 
 
 def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
