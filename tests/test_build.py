@@ -30,8 +30,8 @@ def _in_memory(cfg, files: dict, labels: list[str]):
     splits, token_lists = {}, {}
     for name, path in files.items():
         records = read_records(path, labels, skip_bad_rows=cfg.skip_bad_rows).records
-        splits[name], token_lists[name], _ = encode_records(records, tokenizer, None, index,
-                                                           cfg.max_len)
+        splits[name], token_lists[name] = encode_records(records, tokenizer, None, index,
+                                                        cfg.max_len)
     counts = Counter(t for tokens in token_lists["train"] for t in tokens)
     kept = sorted((t for t, n in counts.items() if n >= cfg.min_freq), key=lambda t: (-counts[t], t))
     vocab = Vocab(["<pad>", "<unk>", *kept[:cfg.max_vocab or None]])

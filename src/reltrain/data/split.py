@@ -54,26 +54,19 @@ class Split:
 
 
 def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[str, int],
-                   max_len: int, progress: bool = False,
-                   desc: str = "tokenize") -> tuple[Split, list[list], int]:
-    """Tokenize and index records; ``to_ids`` None: ids later, once a vocabulary exists."""
-    from tqdm.auto import tqdm
-
-    all_tokens, heads, tails, truncated = [], [], [], 0
-    for rec in tqdm(records, desc=desc, disable=not progress, unit="sent", leave=False):
-        tok = tokenize(rec, max_len)
-        all_tokens.append(tok.tokens)
-        heads.append(tok.head)
-        tails.append(tok.tail)
-        truncated += tok.truncated
+                   max_len: int) -> tuple[Split, list[list]]:
+    """Tokenize and index records, with each one's tokens; ``to_ids`` None: ids later, once a
+    vocabulary exists."""
+    tokenized = [tokenize(rec, max_len) for rec in records]
+    all_tokens = [tok.tokens for tok in tokenized]
     lengths = np.array([len(t) for t in all_tokens], dtype=np.int64)
     ids = [] if to_ids is None else [i for toks in all_tokens for i in to_ids(toks)]
     split = Split(
         token_ids=np.asarray(ids, dtype=np.int32),
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
-        head=np.asarray(heads, dtype=np.int32).reshape(-1, 2),
-        tail=np.asarray(tails, dtype=np.int32).reshape(-1, 2),
+        head=np.asarray([tok.head for tok in tokenized], dtype=np.int32).reshape(-1, 2),
+        tail=np.asarray([tok.tail for tok in tokenized], dtype=np.int32).reshape(-1, 2),
         labels=np.asarray([label_index.get(r.relation, -1) if r.relation is not None else -1
                            for r in records], dtype=np.int64),
     )
-    return split, all_tokens, truncated
+    return split, all_tokens

@@ -72,7 +72,7 @@ class Predictor:
 
     def encode(self, records: list[Record]) -> Split:
         enc = self.encoder
-        split, _, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
+        split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
                                      self.config.data.max_len)
         if self.max_tokens is not None:
             lengths = np.diff(split.offsets)
