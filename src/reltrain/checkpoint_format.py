@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from reltrain.config import METRICS
-from reltrain.errors import UserError
+from reltrain.errors import UserError, first_line
 from reltrain.output import atomic_file
 
 FORMAT = "reltrain-checkpoint"
@@ -313,5 +313,4 @@ def _load_failure(path: Path, exc: Exception) -> str:
                 f"and plain data only")
     if isinstance(exc, pickle.UnpicklingError):  # what weights_only refuses
         return "it holds pickled objects other than tensors and plain data"
-    text = str(exc).strip()
-    return text.splitlines()[0][:200] if text else type(exc).__name__
+    return first_line(exc, 200)

@@ -9,7 +9,7 @@ import stat
 
 import yaml
 
-from reltrain.errors import UserError
+from reltrain.errors import UserError, first_line
 
 MAX_CONFIG_BYTES = 1 << 20  # a real config is a few KB
 MAX_DEPTH = 16  # the deepest option is three levels down (model.cnn.kernel_sizes)
@@ -61,7 +61,7 @@ def parse_yaml(text: str, where: str) -> object:
     except _Refused as exc:
         raise UserError(f"{where}: {exc}") from None
     except yaml.YAMLError as exc:
-        raise UserError(f"{where}: not valid YAML/JSON: {str(exc).splitlines()[0][:200]}") from None
+        raise UserError(f"{where}: not valid YAML/JSON: {first_line(exc, 200)}") from None
     except RecursionError:
         raise UserError(f"{where}: nested too deeply") from None
 

@@ -21,7 +21,7 @@ from reltrain.data.readers import iter_records, read_labels
 from reltrain.data.split import Split
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError, UserError
+from reltrain.errors import DataError, UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +129,7 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
     except OSError as exc:
-        _no_cache(path, exc)
+        _no_cache(path, exc.strerror or exc)
         return False
     try:
         _write_entry(data_cfg, tmp, spec, progress, workers)
@@ -139,7 +139,7 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_mar
             (tmp / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        _no_cache(path, exc)
+        _no_cache(path, exc.strerror or exc)
         return False
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -168,9 +168,9 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: in
     (folder / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
 
 
-def _no_cache(path: Path, exc: OSError) -> None:
+def _no_cache(path: Path, reason) -> None:
     log.warning("cannot write the preprocessing cache under %s (%s): continuing without a cache "
-                "(set data.cache_dir to a writable folder)", path.parent, exc.strerror or exc)
+                "(set data.cache_dir to a writable folder)", path.parent, reason)
 
 
 def owned_privately(path: Path) -> bool:
@@ -200,8 +200,7 @@ def _built_in_child(data_cfg, path: Path, *options, cache: bool = True,
             prepared.reused = False
             return prepared
     elif cache:
-        log.warning("cannot write the preprocessing cache under %s: continuing without a cache "
-                    "(set data.cache_dir to a writable folder)", path.parent)
+        _no_cache(path, "not writable")
     with tempfile.TemporaryDirectory(prefix="reltrain-data-") as scratch:  # for the hand-over
         entry = Path(scratch) / path.name
         if children.call(_build_and_save, data_cfg, entry, *options, stop=stop):
@@ -227,8 +226,7 @@ def _load_cached(path: Path) -> Prepared | None:
         prepared.reused = True
         return prepared
     except Exception as exc:  # truncated npz, bad JSON, missing file: rebuilt, never trusted
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        log.warning("preprocessing cache %s is damaged (%s); rebuilding it", path, reason)
+        log.warning("preprocessing cache %s is damaged (%s); rebuilding it", path, first_line(exc))
     aside = path.with_name(f"{path.name}.damaged-{os.getpid()}")
     try:
         os.replace(path, aside)
