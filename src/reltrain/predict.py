@@ -76,8 +76,7 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
         if o.data is None:
             record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
             warn_misfit(predictor, [record])
-            lines = iter([Lines([json.dumps(r, ensure_ascii=False)
-                                 for r in predictor.predict([record], o.top_k)])])
+            lines = iter([Lines([_JSON.encode(r) for r in predictor.predict([record], o.top_k)])])
         else:
             # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W)
             # and rank 0 writes them in input order: the rows meet in the same batches as in one

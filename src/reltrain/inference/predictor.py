@@ -4,7 +4,7 @@ exported folder; it needs nothing of training."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable
 from pathlib import Path
 
 import numpy as np
@@ -73,7 +73,7 @@ class Predictor:
     def encode(self, records: list[Record]) -> Split:
         enc = self.encoder
         split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
-                                     self.config.data.max_len)
+                                  self.config.data.max_len)
         if self.max_tokens is not None:
             lengths = np.diff(split.offsets)
             over = np.flatnonzero(lengths > self.max_tokens)
@@ -171,7 +171,7 @@ class Predictor:
         """The results of ``expand(items)`` from the probabilities of its records (None: it has
         none), in order."""
         records = [rec for _, group in groups for rec in group]
-        return group_results(groups, iter(result_rows(records, probs, self.labels, top_k)))
+        return group_results(groups, result_rows(records, probs, self.labels, top_k))
 
     def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
                      tail_offset: int | None = None, top_k: int = 3) -> dict:
@@ -237,7 +237,7 @@ def write_predictions(path: str, records: list[Record], probs: np.ndarray, label
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def group_results(groups: list[tuple[object, list[Record]]], results: Iterator[dict]) -> list[dict]:
+def group_results(groups: list[tuple[object, list[Record]]], results: Iterable[dict]) -> list[dict]:
     """One answer per item of ``expand(items)`` from its records' results, in order: a record's
     own, or a sentence's with every pair."""
     results, out = iter(results), []
