@@ -102,6 +102,16 @@ def test_other_activations_predict_by_the_training_route():
         assert model._cpu_inference(torch.zeros(1, 2, dtype=torch.long)) is False
 
 
+def test_every_activation_the_config_accepts_builds_and_no_other():
+    # config.py stays free of torch, so the names are written there and in layers.ACTIVATIONS.
+    from dataclasses import fields
+
+    from reltrain.models.layers import ACTIVATIONS
+
+    choices = next(f for f in fields(CNNConfig) if f.name == "activation").metadata["choices"]
+    assert set(choices) == set(ACTIVATIONS)
+
+
 def test_registry_names_and_unknown_model():
     assert {"cnn", "pcnn", "bilstm", "transformer", "lm"} <= set(model_names())
     with pytest.raises(UserError, match="unknown model.name 'nope'"):

@@ -12,7 +12,7 @@ log = logging.getLogger(__name__)
 
 
 class Callback:
-    def on_epoch_end(self, record: dict, state) -> None:
+    def on_epoch_end(self, record: dict) -> None:
         pass
 
     def close(self) -> None:
@@ -25,7 +25,7 @@ class EpochLine(Callback):
     def __init__(self, epochs: int, metric: str):
         self.epochs, self.metric = epochs, metric
 
-    def on_epoch_end(self, record, state):
+    def on_epoch_end(self, record):
         parts = [f"epoch {record['epoch']}/{self.epochs}", f"loss {record['train_loss']:.4f}"]
         if "valid" in record:
             v = record["valid"]
@@ -46,7 +46,7 @@ class MetricsLog(Callback):
     def __init__(self, path: Path):
         self.path = path
 
-    def on_epoch_end(self, record, state):
+    def on_epoch_end(self, record):
         from reltrain.errors import UserError
         from reltrain.output import open_append
 
@@ -66,7 +66,7 @@ class CurvePlots(Callback):
         self.directory, self.history, self.every_s = directory, list(history), every_s
         self.drawn, self.last, self.child = 0, float("-inf"), None
 
-    def on_epoch_end(self, record, state):
+    def on_epoch_end(self, record):
         self.history.append(record)
         if time.monotonic() - self.last >= self.every_s:
             self._draw()
@@ -113,7 +113,7 @@ class TensorBoardLog(Callback):
 
         self.writer = SummaryWriter(str(directory))
 
-    def on_epoch_end(self, record, state):
+    def on_epoch_end(self, record):
         epoch = record["epoch"]
         self.writer.add_scalar("train/loss", record["train_loss"], epoch)
         self.writer.add_scalar("train/lr", record["lr"], epoch)

@@ -54,7 +54,7 @@ class Trainer:
             # Logs first: if the process dies before the checkpoint lands, the epoch is replayed
             # and its metrics line rewritten (resume drops lines of epochs not checkpointed).
             for cb in self.callbacks:
-                cb.on_epoch_end(record, state)
+                cb.on_epoch_end(record)
             self._save(state, best=improved, summary=record)
             if state.stopped_early:
                 log.info("early stopping: %s has not improved for %d epochs",
