@@ -55,7 +55,8 @@ class DataConfig:
     pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
     skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
     cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
-    bucket: bool = _opt(True, "group training batches by similar length (less padding, ~2x faster)")
+    bucket: bool = _opt(True, "group training batches by similar length: less padding, faster "
+                              "(docs/benchmarks.md)")
     num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)")
     preprocess_workers: int = _opt(0, "processes that tokenize for the cache; 0: one per core (<= 8)")
 
@@ -126,8 +127,8 @@ class TrainConfig:
                                "batch_size x accum_steps")
     global_batch_size: int = _opt(0, "examples per optimizer step on any hardware: accum_steps is "
                                      "derived from it; 0: world size x batch_size x accum_steps")
-    eval_batch_size: int = _opt(64, "examples per evaluation batch (256 took 95 MB more memory "
-                                    "for the CNN on deepke-zh, and no less time)")
+    eval_batch_size: int = _opt(64, "examples per evaluation batch (larger ones cost memory and "
+                                    "saved no time: docs/benchmarks.md)")
     lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)")
     encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder")
     weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)")
