@@ -128,6 +128,13 @@ def test_an_unknown_option_gets_a_suggestion(capsys):
     assert "did you mean 'train.epochs'" in line
 
 
+def test_an_unknown_encoder_is_refused_before_the_data_is_read(small_en, capsys, tmp_path):
+    line = cli_error(capsys, "train", *data_overrides(small_en), "model.name=bert",
+                     f"data.cache_dir={tmp_path / 'cache'}", f"output_dir={tmp_path / 'run'}")
+    assert "unknown model.name 'bert'" in line and "choose one of bilstm, cnn, lm" in line
+    assert not (tmp_path / "cache").exists() and not (tmp_path / "run").exists()
+
+
 def test_exporting_a_never_scored_run_warns(small_en, tmp_path):
     args = ["train", f"data.train={small_en['train']}", f"data.labels={small_en['labels']}",
             "log.progress=false", "log.plots=false", "train.epochs=1", "model.cnn.num_filters=16",

@@ -23,9 +23,13 @@ MAX_LAYERS = 256
 
 
 def validate(cfg: Config) -> None:
-    """``validate_values``, then the files and folders the options name exist."""
+    """``validate_values``, then what the values name: a registered encoder, files and folders
+    that exist."""
+    from reltrain.models import check_model_name  # the registry: encoders register by name
+
     validate_values(cfg)
     d, m = cfg.data, cfg.model
+    check_model_name(m.name)  # before the data is read, not after
     for key in ("train", "valid", "test", "labels"):
         path = getattr(d, key)
         _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}"

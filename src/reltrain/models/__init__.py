@@ -27,10 +27,14 @@ def model_names() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def check_model_name(name: str) -> None:
+    if name not in _REGISTRY:
+        raise UserError(f"unknown model.name '{name}'; choose one of {', '.join(model_names())}")
+
+
 def build_model(model_cfg, vocab_size: int, num_labels: int, pos_limit: int, **extra) -> nn.Module:
     """``extra`` carries what only some encoders need (the LM's saved config, say)."""
-    if model_cfg.name not in _REGISTRY:
-        raise UserError(f"unknown model.name '{model_cfg.name}'; choose one of {', '.join(model_names())}")
+    check_model_name(model_cfg.name)
     return _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit, **extra)
 
 
