@@ -10,6 +10,7 @@ import os
 
 import pytest
 import torch
+import yaml
 
 import reltrain
 from reltrain.cli import main
@@ -255,6 +256,20 @@ def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
         model.predict_text(text, head="alice", tail="paris", head_offset=40)
     with pytest.raises(UserError, match="train.epochs"):
         reltrain.train(overrides=["train.epochs=0"])
+
+
+def test_the_python_api_takes_the_config_object_and_checks_it(small_en, tmp_path):
+    from reltrain.config import CNNConfig, Config, DataConfig, LogConfig, ModelConfig, TrainConfig
+
+    cfg = Config(data=DataConfig(**small_en), model=ModelConfig(cnn=CNNConfig(num_filters=8)),
+                 train=TrainConfig(epochs=0), log=LogConfig(progress="false", plots=False),
+                 output_dir=str(tmp_path / "run"))
+    with pytest.raises(UserError, match="train.epochs must be at least 1"):
+        reltrain.train(cfg)
+    summary = reltrain.train(cfg, {"train.epochs": 1})
+    assert summary["epochs_run"] == 1 and summary["test"]["macro_f1"] >= 0
+    saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert saved["model"]["cnn"]["num_filters"] == 8 and saved["data"]["train"] == small_en["train"]
 
 
 def test_text_the_model_cannot_read_is_warned_about(checkpoint, tmp_path, caplog, capsys):

@@ -19,14 +19,14 @@ def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
 def train(config=None, overrides=None) -> dict:
     """Train a model in this process and return its summary (what ``summary.json`` holds).
 
-    ``config``: a YAML/JSON file, or a mapping of sections (``{"data": {"train": "t.csv"}}``);
-    ``overrides``: ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys
+    ``config``: a YAML/JSON file, a mapping of sections (``{"data": {"train": "t.csv"}}``) or a
+    ``reltrain.config.Config``, which is checked as the others are; ``overrides``: ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys
     are those of ``reltrain train --help``; a bad one raises ``reltrain.errors.UserError`` with
     the message the command line prints. Several processes: ``torchrun ... -m reltrain train``.
     """
     import json
 
-    from reltrain.config import dotted, load_config
+    from reltrain.config import Config, dotted, load_config, to_dict
     from reltrain.distributed import launched
     from reltrain.errors import UserError
     from reltrain.train_cmd import run_train
@@ -34,8 +34,10 @@ def train(config=None, overrides=None) -> dict:
     def items_of(mapping: dict) -> list[str]:  # JSON is YAML: each value reads back the same
         return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in dotted(mapping).items()]
 
+    if isinstance(config, Config):
+        config = to_dict(config)
     if config is not None and not isinstance(config, (str, dict)) and not hasattr(config, "__fspath__"):
-        raise UserError("config must be a file path or a mapping of options")
+        raise UserError("config must be a file path, a mapping of options or a Config")
     items = items_of(config) if isinstance(config, dict) else []
     if isinstance(overrides, dict):
         items += items_of(overrides)
