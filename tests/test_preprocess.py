@@ -105,11 +105,12 @@ def test_unwritable_cache_is_said_in_the_run_log(tmp_path, small_en):
 
 
 def test_lm_cache_hit_costs_a_hash_and_a_read(tmp_path, monkeypatch, tiny_bert):
+    from reltrain.config import LMConfig
     from reltrain.data import preprocess
 
     path = write_csv(tmp_path / "train.csv", ZH_ROWS)
-    cfg = cfg_for(tmp_path, path)
-    first = prepare(cfg, lm_folder=tiny_bert, lm_add_chars=2)
+    cfg, lm = cfg_for(tmp_path, path), LMConfig(pretrained=tiny_bert, add_chars=2)
+    first = prepare(cfg, lm=lm)
     assert first.lm.added and not first.reused
 
     def no_tokenizing(*a, **k):
@@ -117,7 +118,7 @@ def test_lm_cache_hit_costs_a_hash_and_a_read(tmp_path, monkeypatch, tiny_bert):
 
     monkeypatch.setattr(preprocess, "iter_records", no_tokenizing)
     monkeypatch.setattr(preprocess, "_built_in_child", no_tokenizing)
-    again = prepare(cfg, lm_folder=tiny_bert, lm_add_chars=2)
+    again = prepare(cfg, lm=lm)
     assert again.reused and again.lm.added == first.lm.added
     assert preprocess.token_identity(again) == preprocess.token_identity(first)
     record = read_records(str(path)).records[1]

@@ -73,32 +73,31 @@ def default_cache_dir() -> Path:
     return Path(base) / "reltrain"
 
 
-def _tokenizer_id(data_cfg, lm_folder: str, lm_markers: str, lm_add_chars: int) -> str:
+def _tokenizer_id(data_cfg, lm) -> str:
     """What the cache key knows of the tokenization: cheap to compute, so a hit costs a hash
     and a read (the LM tokenizer is hashed by its files, not loaded)."""
-    if not lm_folder:
+    if lm is None:
         tokenizer = Tokenizer.from_config(data_cfg)
         return f"{tokenizer.kind}:lower={tokenizer.lowercase}"
     from reltrain.data.lm import TOKENIZER_FILES
 
-    digest = hashlib.sha256(f"{lm_markers}:{lm_add_chars}".encode())
+    digest = hashlib.sha256(f"{lm.markers}:{lm.add_chars}".encode())
     for name in TOKENIZER_FILES:
-        path = Path(lm_folder) / name
+        path = Path(lm.pretrained) / name
         if path.is_file():
             digest.update(f"\0{name}\0".encode())
             _hash_file(digest, path)
     return "lm:" + digest.hexdigest()
 
 
-def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: str = "plain",
-            lm_add_chars: int = 0, stop: Callable[[], None] | None = None,
+def prepare(data_cfg, progress: bool = False, lm=None, stop: Callable[[], None] | None = None,
             local_processes: int = 1) -> Prepared:
     """The cached tensors for these files and options, built if needed (a damaged entry is replaced;
-    an unwritable cache location: no cache). ``lm_folder``: its subwords, no vocabulary;
-    ``stop``: called while the tokenizing child works, it may raise to give up;
+    an unwritable cache location: no cache). ``lm``: a pretrained encoder's options (``model.lm``:
+    its folder's subwords, no vocabulary); ``stop``: called while the tokenizing child works, it may raise to give up;
     ``local_processes``: the launcher's processes on this host, which share its cores."""
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
-    key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm_folder, lm_markers, lm_add_chars))
+    key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm))
     path = root / key
     foreign = path.exists() and not owned_privately(path)
     if foreign:  # in a shared data.cache_dir: planted, or open to others' changes
@@ -107,24 +106,23 @@ def prepare(data_cfg, progress: bool = False, lm_folder: str = "", lm_markers: s
     prepared = _load_cached(path) if path.exists() and not foreign else None
     if prepared is None:
         workers = data_cfg.preprocess_workers or children.default_workers(local_processes)
-        prepared = _built_in_child(data_cfg, path, progress, lm_folder, lm_markers, lm_add_chars,
-                                   workers, cache=not foreign, stop=stop)
-    if lm_folder and prepared.lm is None:
+        prepared = _built_in_child(data_cfg, path, progress, lm, workers, cache=not foreign,
+                                   stop=stop)
+    if lm is not None and prepared.lm is None:
         from reltrain.data.lm import LMTokenizer
 
         saved = prepared.meta["lm"]
-        prepared.lm = LMTokenizer.from_folder(lm_folder, saved["types"])
+        prepared.lm = LMTokenizer.from_folder(lm.pretrained, saved["types"])
         prepared.lm.add_chars(saved["added"])
     prepared.cache_key = key
     return prepared
 
 
-def _build_and_save(data_cfg, path: Path, progress: bool, lm_folder: str, lm_markers: str,
-                    lm_add_chars: int, workers: int) -> bool:
+def _build_and_save(data_cfg, path: Path, progress: bool, lm_options, workers: int) -> bool:
     """Write the entry into a temporary sibling folder, then rename it into place in one step;
     False when the location cannot be written (logged)."""
-    lm = _lm_tokenizer(data_cfg, lm_folder, lm_markers, lm_add_chars) if lm_folder else None
-    spec = Spec(data_cfg, lm_folder, lm.types, lm.added) if lm else Spec(data_cfg)
+    lm = _lm_tokenizer(data_cfg, lm_options) if lm_options is not None else None
+    spec = Spec(data_cfg, lm_options.pretrained, lm.types, lm.added) if lm else Spec(data_cfg)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(prefix=path.name + ".", dir=path.parent))
@@ -242,10 +240,8 @@ PREPROCESSING = "while preprocessing; nothing to save"  # the stop point's name 
 def prepare_run(cfg, progress: bool = False, stop: Callable[[], None] | None = None,
                 local_processes: int = 1) -> Prepared:
     """``prepare`` with the tokenization the configured model needs."""
-    lm = cfg.model.pretrained_encoder
-    return prepare(cfg.data, progress, lm_folder=cfg.model.lm.pretrained if lm else "",
-                   lm_markers=cfg.model.lm.markers, lm_add_chars=cfg.model.lm.add_chars,
-                   stop=stop, local_processes=local_processes)
+    return prepare(cfg.data, progress, cfg.model.lm if cfg.model.pretrained_encoder else None,
+                   stop, local_processes)
 
 
 class TokenIdentity(NamedTuple):
@@ -263,20 +259,21 @@ def token_identity(prepared: Prepared) -> TokenIdentity:
     return TokenIdentity(prepared.vocab.tokens, None)
 
 
-def _lm_tokenizer(data_cfg, folder: str, markers: str, add_chars: int):
+def _lm_tokenizer(data_cfg, options):
     from reltrain.data.lm import LMTokenizer
 
     training = _TrainingRecords(data_cfg.train)
     # Entity types only from the training file's own head_type / tail_type columns.
     types = sorted({t for r in training for t in (r.head.type, r.tail.type) if t}) \
-        if markers == "typed" else None
-    lm = LMTokenizer.from_folder(folder, types)
-    texts = _TrainingRecords(data_cfg.train, texts=True)
-    stats = lm.add_unknown_chars(texts, add_chars) if add_chars > 0 else {}
+        if options.markers == "typed" else None
+    lm = LMTokenizer.from_folder(options.pretrained, types)
+    texts, least = _TrainingRecords(data_cfg.train, texts=True), options.add_chars
+    stats = lm.add_unknown_chars(texts, least) if least > 0 else {}
     if stats.get("unk_before"):
         log.info("%s reads %.1f%% of the training subwords as [UNK]; %d characters seen at least "
                  "%d times get tokens of their own (model.lm.add_chars): %.1f%% [UNK] now",
-                 folder, 100 * stats["unk_before"], stats["added"], add_chars, 100 * stats["unk_after"])
+                 options.pretrained, 100 * stats["unk_before"], stats["added"], least,
+                 100 * stats["unk_after"])
     return lm
 
 
