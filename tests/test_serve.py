@@ -19,7 +19,7 @@ import pytest
 
 from reltrain.cli import main
 
-from conftest import SCRATCH, WORKER_ENV, data_overrides, read_jsonl, run_cli
+from conftest import SCRATCH, WORKER_ENV, data_overrides, read_jsonl, run_cli, user_error
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -213,3 +213,10 @@ def test_sigterm_stops_it_cleanly_with_two_worker_processes(model):
 def test_serve_refuses_a_missing_model_before_listening(tmp_path):
     result = run_cli("serve", str(tmp_path / "nothing"), "--port", str(free_port()))
     assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("device, words", [("gpu", "device must be auto, cpu, cuda or cuda:N"),
+                                           ("cuda:99", "device=cuda:99 but")])
+def test_serve_refuses_a_device_it_cannot_use_before_listening(model, device, words):
+    result = run_cli("serve", str(model), "--device", device, "--port", str(free_port()))
+    assert words in user_error(result)

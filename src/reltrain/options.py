@@ -11,6 +11,7 @@ import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
+from reltrain.config_checks import check_device_name
 from reltrain.errors import UserError
 
 
@@ -64,6 +65,7 @@ class ModelOptions:
 
     def __post_init__(self):
         check_choices(self)
+        check_device_name(self.device)
 
 
 def from_args(cls, args: argparse.Namespace):

@@ -245,10 +245,13 @@ def serve(options: ServeOptions) -> None:
         import uvicorn
     except ImportError:
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
+    from reltrain.distributed import resolve_device
     from reltrain.inference.predictor import Predictor
 
     o = options
-    Predictor.from_checkpoint(o.model, runtime=o.runtime, amp=o.amp)  # errors first
+    # Errors first, as one line: inside a worker's startup they would be uvicorn's traceback.
+    resolve_device(o.device)
+    Predictor.from_checkpoint(o.model, runtime=o.runtime, amp=o.amp)
     _check_port(o.host, o.port)
     if not o.threads:
         o = replace(o, threads=max(1, (os.cpu_count() or 1) // o.workers))
