@@ -20,9 +20,10 @@ def train(config=None, overrides=None) -> dict:
     """Train a model in this process and return its summary (what ``summary.json`` holds).
 
     ``config``: a YAML/JSON file, a mapping of sections (``{"data": {"train": "t.csv"}}``) or a
-    ``reltrain.config.Config``, which is checked as the others are; ``overrides``: ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys
-    are those of ``reltrain train --help``; a bad one raises ``reltrain.errors.UserError`` with
-    the message the command line prints. Several processes: ``torchrun ... -m reltrain train``.
+    ``reltrain.config.Config``, which is checked as the others are; ``overrides``:
+    ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys are those of
+    ``reltrain train --help``; a bad one raises ``reltrain.errors.UserError`` with the message the
+    command line prints. Several processes: ``torchrun ... -m reltrain train``.
     """
     import json
 

@@ -31,8 +31,8 @@ def check_choices(options, prefix: str = "--") -> None:
 
 
 def _opt(default, help: str, choices: tuple | None = None):
-    """An option with its help, and its only values where it has a fixed set (``validate``
-    refuses any other)."""
+    """An option with its help, and its only values where it has a fixed set
+    (``check_choices`` refuses any other)."""
     meta = {"help": help, "choices": choices}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)

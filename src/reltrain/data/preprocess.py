@@ -94,8 +94,9 @@ def prepare(data_cfg, progress: bool = False, lm=None, stop: Callable[[], None] 
             local_processes: int = 1) -> Prepared:
     """The cached tensors for these files and options, built if needed (a damaged entry is replaced;
     an unwritable cache location: no cache). ``lm``: a pretrained encoder's options (``model.lm``:
-    its folder's subwords, no vocabulary); ``stop``: called while the tokenizing child works, it may raise to give up;
-    ``local_processes``: the launcher's processes on this host, which share its cores."""
+    its folder's subwords, no vocabulary); ``stop``: called while the tokenizing child works, it
+    may raise to give up; ``local_processes``: the launcher's processes on this host, which
+    share its cores."""
     root = Path(data_cfg.cache_dir) if data_cfg.cache_dir else default_cache_dir()
     key = cache_key(data_cfg, _tokenizer_id(data_cfg, lm))
     path = root / key
