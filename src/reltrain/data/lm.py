@@ -14,6 +14,9 @@ from reltrain.data.tokenize import Tokenized, truncate
 from reltrain.errors import UserError, first_line
 
 
+# What a guarded tokenizer call lets through: the user's own interrupt and the interpreter's exit.
+_STOPS = (KeyboardInterrupt, SystemExit, GeneratorExit)
+
 # The tokenizer files a checkpoint or an exported folder may carry: names, never paths.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
                    "vocab.txt", "vocab.json", "merges.txt", "added_tokens.json")
@@ -51,7 +54,7 @@ class LMTokenizer:
         # the encoding of a lone marker, which is one token (transformers 5 has no
         # build_inputs_with_special_tokens for every tokenizer).
         marker = self.hf.convert_tokens_to_ids(markers[0])
-        wrapped = self.hf(markers[0], add_special_tokens=True)["input_ids"]
+        wrapped = self.encode(markers[0], add_special_tokens=True)["input_ids"]
         at = wrapped.index(marker)
         self.prefix, self.suffix = wrapped[:at], wrapped[at + 1:]
         self.pad_id = self.hf.pad_token_id or 0
@@ -64,7 +67,9 @@ class LMTokenizer:
 
         try:
             hf = AutoTokenizer.from_pretrained(str(folder), use_fast=True, local_files_only=True)
-        except Exception as exc:  # tokenizers' Rust errors are plain Exceptions; all mean "unusable"
+        except _STOPS:
+            raise
+        except BaseException as exc:  # Rust errors and panics alike mean "unusable"
             raise UserError(f"cannot load a tokenizer from {folder}: {first_line(exc, 200)}") from None
         return cls(hf, types, added)
 
@@ -89,7 +94,7 @@ class LMTokenizer:
             return {}
         chars = sorted(ch for ch, n in counts.items() if n >= min_count)
         # Alone too: a character known alone is not the cause (and adding it would cut words).
-        alone = self.hf(chars, add_special_tokens=False)["input_ids"] if chars else []
+        alone = self.encode(chars, add_special_tokens=False)["input_ids"] if chars else []
         unknown = [ch for ch, ids in zip(chars, alone) if unk in ids]
         self.add_chars(unknown)
         return {"unk_before": before, "unk_after": self._unknown(texts)[0], "added": len(unknown)}
@@ -107,7 +112,7 @@ class LMTokenizer:
         total, unknown, counts = 0, 0, Counter()
         texts = iter(texts)
         while batch := list(islice(texts, 1024)):
-            enc = self.hf(batch, add_special_tokens=False, return_offsets_mapping=True)
+            enc = self.encode(batch, add_special_tokens=False, return_offsets_mapping=True)
             for text, ids, offsets in zip(batch, enc["input_ids"], enc["offset_mapping"]):
                 total += len(ids)
                 for i, (s, e) in zip(ids, offsets):
@@ -115,6 +120,18 @@ class LMTokenizer:
                         unknown += 1
                         counts.update(ch for ch in text[s:e] if not ch.isspace())
         return (unknown / total if total else None), counts
+
+    def encode(self, text: str | list[str], **kwargs):
+        """The tokenizer on ``text``; every call with text goes through here. The tokenizer may
+        come from a stranger's folder: its Rust code can panic on a text (a
+        pathological pre-tokenizer regex), which pyo3 raises as a BaseException; that is one
+        line about the model, not a traceback."""
+        try:
+            return self.hf(text, **kwargs)
+        except _STOPS:
+            raise
+        except BaseException as exc:
+            raise UserError(f"the model's tokenizer failed on this text: {first_line(exc, 200)}") from None
 
     def files(self) -> dict[str, str]:
         """The tokenizer's own files (markers included) as text, to store in a checkpoint."""
@@ -145,7 +162,7 @@ class LMTokenizer:
             length += len(marker) + 2
             at = pos
         pieces.append(text[at:])
-        enc = self.hf("".join(pieces), add_special_tokens=False, return_offsets_mapping=True)
+        enc = self.encode("".join(pieces), add_special_tokens=False, return_offsets_mapping=True)
         starts = {s: i for i, (s, e) in enumerate(enc["offset_mapping"]) if e > s}
         pos = {key: starts[c] for key, c in where.items()}
         head, tail = (pos["h0"], pos["h1"] + 1), (pos["t0"], pos["t1"] + 1)

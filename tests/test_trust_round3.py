@@ -1,0 +1,72 @@
+"""Input from a stranger, third round (issue 44): a tokenizer that panics, names that differ
+from their span only in case, unreadable rows that inspect must count, ids carried to answers."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import reltrain
+from reltrain.cli import main
+from reltrain.errors import UserError
+
+from conftest import cli_error, data_overrides, encoder_args, read_jsonl
+
+# Oniguruma gives up on this pattern over a long run of "a" (its retry limit), and the
+# tokenizers crate turns that error into a Rust panic: pyo3's PanicException, a BaseException.
+PANIC_TEXT = "alice " + "a" * 60 + "b was born in paris"
+
+
+@pytest.fixture(scope="module")
+def panicking_folder(small_en, tiny_bert, tmp_path_factory):
+    """An exported LM folder whose tokenizer.json has a pathological pre-tokenizer regex."""
+    root = tmp_path_factory.mktemp("panic")
+    assert main(["train", *data_overrides(small_en), *encoder_args("lm", tiny_bert),
+                 "train.epochs=1", "log.progress=false", "log.plots=false",
+                 f"output_dir={root / 'run'}"]) == 0
+    folder = root / "model"
+    assert main(["export", str(root / "run"), str(folder)]) == 0
+    spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))
+    spec["pre_tokenizer"] = {"type": "Split", "pattern": {"Regex": "(a|aa)+$"},
+                             "behavior": "Isolated", "invert": False}
+    (folder / "tokenizer.json").write_text(json.dumps(spec), encoding="utf-8")
+    # The generic fast class reads tokenizer.json as it is (BertTokenizer rebuilds its own).
+    config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    config["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (folder / "tokenizer_config.json").write_text(json.dumps(config), encoding="utf-8")
+    return folder
+
+
+def test_a_tokenizer_that_panics_is_one_line_at_every_entry_point(panicking_folder, tmp_path,
+                                                                    capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text(json.dumps({"text": PANIC_TEXT, "h": {"pos": [0, 5]},
+                                "t": {"pos": [len(PANIC_TEXT) - 5, len(PANIC_TEXT)]},
+                                "relation": "born_in"}) + "\n", encoding="utf-8")
+    said = "the model's tokenizer failed on this text"
+    assert said in cli_error(capsys, "predict", str(panicking_folder), "--text", PANIC_TEXT,
+                             "--head", "alice", "--tail", "paris")
+    assert said in cli_error(capsys, "predict", str(panicking_folder), str(rows),
+                             "--workers", "1")
+    assert said in cli_error(capsys, "evaluate", str(panicking_folder), str(rows))
+    model = reltrain.load(panicking_folder)
+    with pytest.raises(UserError, match=said):
+        model.predict_text(PANIC_TEXT, "alice", "paris")
+    # The same model reads ordinary text.
+    assert model.predict_text("alice was born in paris", "alice", "paris")["relation"]
+
+
+def test_a_tokenizer_that_panics_fails_its_request_and_the_server_goes_on(panicking_folder):
+    pytest.importorskip("fastapi")
+    from test_serve import Server
+
+    server = Server(panicking_folder)
+    try:
+        status, body = server.post({"text": PANIC_TEXT, "head": "alice", "tail": "paris"})
+        assert status == 422 and "the model's tokenizer failed" in body["error"]
+        status, body = server.post({"text": "alice was born in paris", "head": "alice",
+                                    "tail": "paris"})
+        assert status == 200 and body["relation"]
+    finally:
+        server.stop()
