@@ -9,7 +9,8 @@ import pytest
 
 import reltrain
 from reltrain.cli import main
-from reltrain.errors import UserError
+from reltrain.data.readers import read_records
+from reltrain.errors import DataError, UserError
 
 from conftest import cli_error, data_overrides, encoder_args, read_jsonl
 
@@ -70,3 +71,20 @@ def test_a_tokenizer_that_panics_fails_its_request_and_the_server_goes_on(panick
         assert status == 200 and body["relation"]
     finally:
         server.stop()
+
+
+def test_an_opennre_name_that_differs_only_in_case_or_spaces_is_read(tmp_path):
+    """wiki80 and FewRel lower-case ``name`` while the tokens keep their case; pos is the truth."""
+    path = tmp_path / "wiki80.jsonl"
+    rows = [{"token": ["The", "TJQ", "Tower", "is", "in", "New", "York"], "h": {"name": "tjq tower",
+             "pos": [1, 3]}, "t": {"name": "new york", "pos": [5, 7]}, "relation": "located_in"},
+            {"text": "Ann met Bob", "h": {"name": " ANN", "pos": [0, 3]}, "t": {"name": "b o b",
+             "pos": [8, 11]}, "relation": "met"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    first, second = read_records(path).records
+    assert (first.head.name, first.tail.name) == ("TJQ Tower", "New York")
+    assert (second.head.name, second.tail.name) == ("Ann", "Bob")
+    path.write_text(json.dumps({**rows[1], "h": {"name": "Anne", "pos": [0, 3]}}) + "\n",
+                    encoding="utf-8")
+    with pytest.raises(DataError, match=r"field 'h.pos': the text at \[0, 3\] is 'Ann', not 'Anne'"):
+        read_records(path)
