@@ -88,3 +88,22 @@ def test_an_opennre_name_that_differs_only_in_case_or_spaces_is_read(tmp_path):
                     encoding="utf-8")
     with pytest.raises(DataError, match=r"field 'h.pos': the text at \[0, 3\] is 'Ann', not 'Anne'"):
         read_records(path)
+
+
+def test_inspect_counts_and_names_the_rows_it_cannot_read(tmp_path, capsys):
+    path = tmp_path / "train.jsonl"
+    good = {"text": "Ann met Bob", "h": {"pos": [0, 3]}, "t": {"pos": [8, 11]}, "relation": "met"}
+    lines = [json.dumps(good), json.dumps({**good, "t": {"pos": [8, 30]}}), "{not json",
+             json.dumps({**good, "relation": "knows"}), json.dumps({**good, "h": {"pos": [9, 3]}}),
+             json.dumps({**good, "text": 5})]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "train: " in out and ": 2 rows;" in out and "no repeated rows" not in out
+    assert (f"4 row(s) of train cannot be read and are left out of these counts; first: "
+            f"{path}:2: field 't.pos': [8, 30] lies outside the sentence (11 characters); "
+            f"{path}:3: invalid JSON") in out
+    assert main(["inspect", str(path), "--json"]) == 0
+    split = json.loads(capsys.readouterr().out)["splits"]["train"]
+    assert split["rows"] == 2 and split["bad_rows"] == 4 and len(split["bad_examples"]) == 3
+    assert split["bad_examples"][2].startswith(f"{path}:5: field 'h.pos'")

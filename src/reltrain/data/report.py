@@ -13,18 +13,24 @@ from reltrain.data.schema import negative_index
 from reltrain.errors import DataError
 
 
+BAD_ROWS_NAMED = 3  # bad rows named per file; the count covers all of them
+
 
 def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:
     """The report of ``files`` (split -> path, ``train`` first when present); ``labels``: the
-    label set, whose relations without a training row are named. Bad rows are left out (the
-    reading that trains says what they are)."""
+    label set, whose relations without a training row are named. Bad rows are counted, and the
+    first few named as ``file:line: field: why``, apart from the rows read."""
     splits, sentences = {}, {}
     for name, path in files.items():
-        counts, example_keys, text_keys, rows = Counter(), [], [], 0
+        counts, example_keys, text_keys, rows, bad = Counter(), [], [], 0, []
+        bad_rows = 0
         for _, build in iter_rows(path, require_relation=name == "train"):
             try:
                 rec = build()
-            except DataError:
+            except DataError as exc:
+                bad_rows += 1
+                if len(bad) < BAD_ROWS_NAMED:
+                    bad.append(str(exc))
                 continue
             rows += 1
             counts[rec.relation] += 1
@@ -35,7 +41,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:
         rows_seen = np.unique(pairs, axis=0).shape[0]  # the same example and relation
         examples_seen = np.unique(pairs[:, 0]).size  # the same example, any relation
         sentences[name] = np.array(text_keys, dtype=np.int64)
-        splits[name] = {"file": str(path), "rows": rows,
+        splits[name] = {"file": str(path), "rows": rows, "bad_rows": bad_rows, "bad_examples": bad,
                         "relations": dict(counts.most_common()),
                         "duplicate_rows": rows - rows_seen,
                         "conflicting_rows": rows_seen - examples_seen}
@@ -76,6 +82,9 @@ def report_lines(report: dict) -> list[str]:
             text += f"; the negative relation {balance['negative'][0]} {balance['negative'][1]:.1%}"
         lines.append(text)
     for name, split in report["splits"].items():
+        if split.get("bad_rows"):  # cache entries written before the count have none
+            lines.append(f"{split['bad_rows']} row(s) of {name} cannot be read and are left out "
+                         f"of these counts; first: " + "; ".join(split["bad_examples"]))
         if split["duplicate_rows"]:
             lines.append(f"{split['duplicate_rows']} row(s) of {name} repeat an earlier row exactly")
         if split["conflicting_rows"]:
