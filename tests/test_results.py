@@ -191,6 +191,43 @@ def test_the_benchmarks_formats_give_the_same_examples_and_figures(run, small_en
     assert figures["tacred"] == figures["semeval"] == figures["jsonl"]
 
 
+def test_answers_carry_the_inputs_id_in_every_format(run, small_en, tmp_path, capsys):
+    """TACRED's id, SemEval's sentence number, a JSONL row's or a CSV column's id reach predict's
+    output, evaluate --predictions and the Python API, so a scorer can match answers by id."""
+    import csv
+
+    import reltrain
+
+    rows = [json.loads(line) for line in open(small_en["test"])][:6]
+    files = write_every_format(rows, tmp_path)
+    files["jsonl"].write_text("".join(json.dumps({**r, "id": f"row-{i}"}) + "\n"
+                                      for i, r in enumerate(rows)))
+    with open(files["csv"], newline="") as f:
+        table = list(csv.reader(f))
+    with open(files["csv"], "w", newline="") as f:
+        csv.writer(f).writerows([[*table[0], "id"]] + [[*r, f"c{i}"] for i, r in enumerate(table[1:])])
+    want = {"jsonl": [f"row-{i}" for i in range(6)], "csv": [f"c{i}" for i in range(6)],
+            "tacred": [str(i) for i in range(6)], "semeval": [str(i + 1) for i in range(6)]}
+    for kind, ids in want.items():
+        out = tmp_path / f"{kind}.answers.jsonl"
+        assert main(["predict", str(run), str(files[kind]), "--output", str(out)]) == 0
+        assert [a["id"] for a in read_jsonl(out)] == ids, kind
+        assert main(["evaluate", str(run), str(files[kind]), "--predictions", str(out)]) == 0
+        assert [a["id"] for a in read_jsonl(out)] == ids, kind
+    assert "id" not in read_jsonl(run / "test_predictions.jsonl")[0]  # the bundled rows have none
+    model = reltrain.load(run)
+    text = "alice was born in paris"
+    answers = model.predict_rows([{"id": 7, "text": text, "head": "alice", "tail": "paris"},
+                                  {"id": "s", "text": text,
+                                   "entities": [{"pos": [0, 5]}, {"pos": [18, 23]}]}])
+    assert answers[0]["id"] == 7 and answers[1]["id"] == "s"
+    assert all("id" not in pair for pair in answers[1]["pairs"])
+    for bad in ("", "x" * 201, "a\nb", 1.5, [1]):
+        with pytest.raises(ValueError, match=r"rows\[0\]\.id: expected an integer or a string|"
+                                             r"rows\[0\]\.id: an id holds a control"):
+            model.predict_rows([{"id": bad, "text": text, "head": "alice", "tail": "paris"}])
+
+
 def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):
     from reltrain.data.readers import read_records
     from reltrain.errors import DataError

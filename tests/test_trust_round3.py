@@ -67,8 +67,8 @@ def test_a_tokenizer_that_panics_fails_its_request_and_the_server_goes_on(panick
         status, body = server.post({"text": PANIC_TEXT, "head": "alice", "tail": "paris"})
         assert status == 422 and "the model's tokenizer failed" in body["error"]
         status, body = server.post({"text": "alice was born in paris", "head": "alice",
-                                    "tail": "paris"})
-        assert status == 200 and body["relation"]
+                                    "tail": "paris", "id": "q-1"})
+        assert status == 200 and body["relation"] and body["id"] == "q-1"  # issue 44, item 6
     finally:
         server.stop()
 

@@ -65,7 +65,7 @@ def tagged_record(text: str, relation: str | None, path: str, line: int,
 def semeval_rows(path: str, lines: Iterator[str], finish, relation_of) -> Iterator:
     """(line, build) per example of SemEval-2010 Task 8's file: a numbered sentence, then its label
     on the next line (absent in a test file without answers) and an optional ``Comment:``."""
-    pending = None  # (line, sentence) waiting for its label
+    pending = None  # (line, sentence, number) waiting for its label
     for number, raw in enumerate(lines, start=1):
         text = raw.strip()
         if not text or text.startswith("Comment:"):
@@ -74,7 +74,7 @@ def semeval_rows(path: str, lines: Iterator[str], finish, relation_of) -> Iterat
         if numbered and _TAG.search(numbered.group(2)):
             if pending:
                 yield pending[0], _build(path, pending, None, finish, relation_of)
-            pending = (number, numbered.group(2))
+            pending = (number, numbered.group(2), numbered.group(1))
         elif pending:
             yield pending[0], _build(path, pending, text, finish, relation_of)
             pending = None
@@ -87,8 +87,8 @@ def semeval_rows(path: str, lines: Iterator[str], finish, relation_of) -> Iterat
 
 
 def _build(path, pending, label, finish, relation_of) -> Callable[[], Record]:
-    line, sentence = pending
-    return partial(_tagged, sentence, label, path, line, finish, relation_of)
+    line, sentence, number = pending  # the sentence's number is its id, as the scorer's key
+    return partial(_tagged, sentence, label, path, line, partial(finish, id=number), relation_of)
 
 
 def _tagged(sentence, label, path, line, finish, relation_of) -> Record:
@@ -164,6 +164,7 @@ def tacred_object(obj: object, path: str, line: int, require_relation: bool, jso
         if isinstance(obj.get(f"{role}_type"), str):
             entity["type"] = obj[f"{role}_type"]
         row[key] = entity
-    if "relation" in obj:
-        row["relation"] = obj["relation"]
+    for key in ("relation", "id"):
+        if key in obj:
+            row[key] = obj[key]
     return json_record(row, path, line, require_relation)

@@ -15,7 +15,7 @@ from typing import Callable, Iterator
 
 from reltrain.data import formats
 from reltrain.data.rows import (DIGITS, MAX_INT_DIGITS, entity_at, json_record, offset_value,
-                                parse_json, record_of, relation_name)
+                                parse_json, record_of, relation_name, row_id)
 from reltrain.data.schema import EntitySentence, Record, label_name_problem
 from reltrain.errors import DataError, UserError
 
@@ -228,9 +228,10 @@ def _csv_record(path, line, header, col, values, require_relation, tagged=False)
     text = get("sentence")
     if not text.strip():
         raise DataError(path, line, "sentence", "empty sentence")
+    finish = partial(record_of, id=row_id(path, line, get("id").strip() or None))
     if tagged:
         relation = relation_name(path, line, get("relation"), require_relation)
-        return formats.tagged_record(text, relation, path, line, "sentence", record_of)
+        return formats.tagged_record(text, relation, path, line, "sentence", finish)
     head = entity_at(path, line, text, "head", get("head"), offset_value(path, line, "head_offset",
                                                                    get("head_offset")),
                    get("head_type").strip())
@@ -238,7 +239,7 @@ def _csv_record(path, line, header, col, values, require_relation, tagged=False)
                                                                    get("tail_offset")),
                    get("tail_type").strip())
     relation = relation_name(path, line, get("relation"), require_relation)
-    return record_of(path, line, text, head, tail, relation)
+    return finish(path, line, text, head, tail, relation)
 
 
 def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,

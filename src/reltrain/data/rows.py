@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import partial
 
 from reltrain.data import formats
 from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
@@ -55,11 +56,28 @@ def relation_name(path, line, value, require_relation) -> str | None:
     return value.strip()
 
 
-def record_of(path, line, text, head, tail, relation, tokens=None) -> Record:
+def record_of(path, line, text, head, tail, relation, tokens=None, id=None) -> Record:
     if (head.start, head.end) == (tail.start, tail.end):
         raise DataError(path, line, "tail", f"head and tail are the same span {head.start}..{head.end}")
     return Record(text=text, head=head, tail=tail, relation=relation, source=f"{path}:{line}",
-                  tokens=tokens)
+                  tokens=tokens, id=id)
+
+
+MAX_ID_CHARS = 200
+
+
+def row_id(path, line, value) -> str | int | None:
+    """An example's own id (TACRED's ``id``, a row's ``id``, a CSV ``id`` column, SemEval's
+    sentence number), echoed in its answer so that official scorers can match by id; None when
+    it has none. A string of at most 200 characters without control characters, or an integer."""
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    if not isinstance(value, str) or not value.strip() or len(value) > MAX_ID_CHARS:
+        raise DataError(path, line, "id", f"expected an integer or a string of 1 to "
+                                          f"{MAX_ID_CHARS} characters")
+    if label_name_problem(value):
+        raise DataError(path, line, "id", "an id holds a control character")
+    return value
 
 
 def parse_json(raw: str, path: str = "<input>", line: int | None = None):
@@ -105,9 +123,10 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
     if entity_lists and "entities" in obj:
         return entity_sentence(obj, path, line)
     relation = relation_name(path, line, obj.get("relation"), require_relation)
-    tokens = None
+    tokens, ident = None, row_id(path, line, obj.get("id"))
     if isinstance(obj.get("text"), str) and "h" not in obj and formats.has_tags(obj["text"]):
-        return formats.tagged_record(obj["text"], relation, path, line, "text", record_of)
+        return formats.tagged_record(obj["text"], relation, path, line, "text",
+                                     partial(record_of, id=ident))
     if "text" in obj:
         text = obj["text"]
         if not isinstance(text, str) or not text.strip():
@@ -123,7 +142,7 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
         raise DataError(path, line, None, "expected a 'text' or a 'token' field")
     head = _json_entity(path, line, obj, "h", text, tokens)
     tail = _json_entity(path, line, obj, "t", text, tokens)
-    return record_of(path, line, text, head, tail, relation, tokens)
+    return record_of(path, line, text, head, tail, relation, tokens, ident)
 
 
 def example(obj: object, path: str = "<input>", line: int | None = None) -> Record | EntitySentence:
@@ -159,7 +178,7 @@ def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Re
         raise DataError(path, line, "tail_offset", f"the head and the tail are the same span "
                         f"{ends[0].start}..{ends[0].end}: give an offset to tell them apart")
     relation = relation_name(path, line, obj.get("relation"), False)
-    return record_of(path, line, text, ends[0], ends[1], relation)
+    return record_of(path, line, text, ends[0], ends[1], relation, id=row_id(path, line, obj.get("id")))
 
 
 def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -> EntitySentence:
@@ -172,7 +191,7 @@ def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -
         raise DataError(path, line, "entities", "expected a list of at least two entities")
     entities = tuple(_json_entity(path, line, {f"entities[{i}]": item}, f"entities[{i}]", text, None)
                      for i, item in enumerate(items))
-    return EntitySentence(text, entities, f"{path}:{line}")
+    return EntitySentence(text, entities, f"{path}:{line}", row_id(path, line, obj.get("id")))
 
 
 def _folded(name: str) -> str:

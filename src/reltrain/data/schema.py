@@ -59,6 +59,7 @@ class Record:
     relation: str | None
     source: str
     tokens: tuple[str, ...] | None = None
+    id: str | int | None = None  # the input's own id (TACRED's, a row's "id"), echoed in answers
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,10 @@ class EntitySentence:
     text: str
     entities: tuple[Entity, ...]
     source: str
+    id: str | int | None = None
 
     def pairs(self) -> list[Record]:
         """(e_i, e_j) for i, then j, in the given order, i != j, as records."""
-        return [Record(self.text, h, t, None, self.source)
+        return [Record(self.text, h, t, None, self.source, id=self.id)
                 for i, h in enumerate(self.entities) for j, t in enumerate(self.entities)
                 if i != j and (h.start, h.end) != (t.start, t.end)]

@@ -213,7 +213,8 @@ def result_rows(records: list[Record], probs: np.ndarray | None, labels: list[st
     scores = np.take_along_axis(probs, order, axis=1).tolist()
     out = []
     for rec, ranked, score in zip(records, order.tolist(), scores):
-        row = {"text": rec.text,
+        row = {} if rec.id is None else {"id": rec.id}
+        row |= {"text": rec.text,
                "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
                "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
                "relation": labels[ranked[0]], "score": score[0],
@@ -244,9 +245,10 @@ def group_results(groups: list[tuple[object, list[Record]]], results: Iterable[d
     for item, records in groups:
         if isinstance(item, EntitySentence):
             pairs = [next(results) for _ in records]
-            out.append({"text": item.text,
+            out.append({**({} if item.id is None else {"id": item.id}), "text": item.text,
                         "entities": [{"name": e.name, "pos": [e.start, e.end]} for e in item.entities],
-                        "pairs": [{k: v for k, v in p.items() if k != "text"} for p in pairs]})
+                        "pairs": [{k: v for k, v in p.items() if k not in ("text", "id")}
+                                  for p in pairs]})
         else:
             out.append(next(results))
     return out

@@ -9,9 +9,9 @@ from reltrain.errors import DataError
 
 # The keys of each request shape; any other is refused by name (a typo such as tail_ofset
 # would otherwise be ignored and the default used).
-PAIR_KEYS = frozenset({"text", "head", "tail", "head_offset", "tail_offset", "relation"})
-ROW_KEYS = frozenset({"text", "token", "h", "t", "relation"})
-SENTENCE_KEYS = frozenset({"text", "entities"})
+PAIR_KEYS = frozenset({"text", "head", "tail", "head_offset", "tail_offset", "relation", "id"})
+ROW_KEYS = frozenset({"text", "token", "h", "t", "relation", "id"})
+SENTENCE_KEYS = frozenset({"text", "entities", "id"})
 ENTITY_KEYS = frozenset({"name", "pos", "type", "id"})
 
 
@@ -128,6 +128,8 @@ _ENTITY = {"type": "object", "additionalProperties": False, "required": ["pos"],
                                   "description": "[start, end): character offsets (token "
                                                  "positions with 'token')"},
                           "type": {"type": "string"}, "id": {"type": "string"}}}
+_ID = {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 200}, {"type": "integer"}],
+       "description": "the example's own id, echoed in its answer"}
 _SHAPES = [
     {"title": "pair", "type": "object", "additionalProperties": False,
      "required": ["text", "head", "tail"],
@@ -135,17 +137,18 @@ _SHAPES = [
      "properties": {"text": {"type": "string"}, "head": {"type": "string"},
                     "tail": {"type": "string"}, "head_offset": {"type": "integer", "minimum": 0},
                     "tail_offset": {"type": "integer", "minimum": 0},
-                    "relation": {"type": "string", "description": "gold label, echoed"}}},
+                    "relation": {"type": "string", "description": "gold label, echoed"},
+                    "id": _ID}},
     {"title": "row", "type": "object", "additionalProperties": False, "required": ["h", "t"],
      "description": "the JSON-lines shape: 'text' (or 'token', a list of words) with h and t",
      "properties": {"text": {"type": "string"},
                     "token": {"type": "array", "items": {"type": "string"}},
-                    "h": _ENTITY, "t": _ENTITY, "relation": {"type": "string"}}},
+                    "h": _ENTITY, "t": _ENTITY, "relation": {"type": "string"}, "id": _ID}},
     {"title": "sentence", "type": "object", "additionalProperties": False,
      "required": ["text", "entities"],
      "description": "a sentence with entities: every ordered pair is predicted",
      "properties": {"text": {"type": "string"},
-                    "entities": {"type": "array", "items": _ENTITY, "minItems": 2}}},
+                    "entities": {"type": "array", "items": _ENTITY, "minItems": 2}, "id": _ID}},
 ]
 # POST /predict's body in the OpenAPI schema: one example, or a list of them.
 REQUEST_SCHEMA = {"oneOf": [*_SHAPES, {"type": "array", "items": {"oneOf": _SHAPES},
