@@ -107,3 +107,30 @@ def test_inspect_counts_and_names_the_rows_it_cannot_read(tmp_path, capsys):
     split = json.loads(capsys.readouterr().out)["splits"]["train"]
     assert split["rows"] == 2 and split["bad_rows"] == 4 and len(split["bad_examples"]) == 3
     assert split["bad_examples"][2].startswith(f"{path}:5: field 'h.pos'")
+
+
+@pytest.mark.parametrize("encoding", ["gbk", "gb18030", "utf-16"])
+def test_data_files_in_the_encodings_excel_writes_are_read_with_data_encoding(
+        encoding, zh_csv, tmp_path, capsys):
+    path = tmp_path / f"{encoding}.csv"
+    path.write_bytes(zh_csv.read_text(encoding="utf-8").encode(encoding))
+    want = read_records(zh_csv).records
+    got = read_records(path, encoding=encoding).records
+    assert [(r.text, r.head, r.tail, r.relation) for r in got] == \
+        [(r.text, r.head, r.tail, r.relation) for r in want]
+    with pytest.raises(DataError, match=r":[12]: not UTF-8 text \(byte 0x..\); save the file as "
+                                        r"UTF-8, or name its encoding with data.encoding"):
+        read_records(path)
+    assert main(["inspect", str(path), "--encoding", encoding]) == 0
+    assert f": {len(want)} rows;" in capsys.readouterr().out
+
+
+def test_a_bad_encoding_name_or_a_folder_for_a_file_is_one_line(tmp_path, small_en, capsys):
+    assert "data.encoding: 'rot13' is not a text encoding" in cli_error(
+        capsys, "train", *data_overrides(small_en), "data.encoding=rot13")
+    assert "--encoding: 'klingon' is not a text encoding" in cli_error(
+        capsys, "inspect", small_en["train"], "--encoding", "klingon")
+    assert f"data.train: {tmp_path} is a directory; give a file" in cli_error(
+        capsys, "train", f"data.train={tmp_path}")
+    assert f"DATA: {tmp_path} is a directory; give a file" in cli_error(
+        capsys, "inspect", str(tmp_path))

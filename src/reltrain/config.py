@@ -54,6 +54,8 @@ class DataConfig:
     max_vocab: int = _opt(0, "the most frequent training tokens kept (after min_freq); 0: all")
     pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
     skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
+    encoding: str = _opt("utf-8", "the data and label files' text encoding: utf-8 (a BOM is "
+                                  "allowed), gbk, gb18030, utf-16, ...")
     cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
     bucket: bool = _opt(True, "group training batches by similar length: less padding, faster "
                               "(docs/benchmarks.md)")

@@ -31,9 +31,7 @@ def validate(cfg: Config) -> None:
     d, m = cfg.data, cfg.model
     check_model_name(m.name)  # before the data is read, not after
     for key in ("train", "valid", "test", "labels"):
-        path = getattr(d, key)
-        _check(not path or Path(path).is_file(), f"data.{key}: file not found: {path}"
-               + _relative_hint(path))
+        check_file(getattr(d, key), f"data.{key}")
     _check(not m.word_vectors or Path(m.word_vectors).is_file(),
            f"model.word_vectors: file not found: {m.word_vectors}" + _relative_hint(m.word_vectors))
     if m.name == "lm":
@@ -42,6 +40,24 @@ def validate(cfg: Config) -> None:
                f"'{m.lm.pretrained}'")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
            f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
+
+
+def check_file(path: str, name: str) -> None:
+    """``path`` (if given) is a file: a folder or a missing file is one line naming ``name``."""
+    _check(not path or not Path(path).is_dir(), f"{name}: {path} is a directory; give a file")
+    _check(not path or Path(path).is_file(), f"{name}: file not found: {path}" + _relative_hint(path))
+
+
+def check_encoding(encoding: str, name: str) -> None:
+    """A text encoding Python can decode files with (``gbk``, ``utf-16``; not ``rot13``)."""
+    import codecs
+
+    try:
+        ok = codecs.lookup(encoding)._is_text_encoding
+    except (LookupError, TypeError):
+        ok = False
+    _check(ok, f"{name}: '{str(encoding)[:40]}' is not a text encoding Python knows (e.g. "
+               f"utf-8, gbk, gb18030, utf-16)")
 
 
 def _relative_hint(path: str) -> str:
@@ -69,6 +85,7 @@ def validate_values(cfg: Config) -> None:
 
 
 def _check_data(d: DataConfig) -> None:
+    check_encoding(d.encoding, "data.encoding")
     _check(d.max_len >= 8, "data.max_len must be at least 8")
     _check(d.min_freq >= 1, "data.min_freq must be at least 1")
     _check(d.max_vocab >= 0, "data.max_vocab must be 0 (no cap) or more")

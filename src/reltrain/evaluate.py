@@ -30,7 +30,8 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
     ctx = D.setup(o.device, DistConfig())
     try:
         predictor = load_predictor(o, ctx)
-        result = read_records(o.data, predictor.labels, skip_bad_rows=o.skip_bad_rows)
+        result = read_records(o.data, predictor.labels, skip_bad_rows=o.skip_bad_rows,
+                              encoding=o.encoding)
         if ctx.is_main:
             warn_misfit(predictor, result.records)
         setting = o.negative_label or predictor.config.eval.negative_label

@@ -6,8 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from reltrain.config_checks import check_encoding, check_file
 from reltrain.errors import UserError
-from reltrain.options import opt
+from reltrain.options import ENCODING_HELP, opt
 
 
 @dataclass
@@ -17,13 +18,14 @@ class InspectOptions:
     labels: str = opt("", "the label file (relation.csv), whose relations without a training "
                           "row are named", metavar="FILE")
     as_json: bool = opt(False, "the report as JSON", flag="--json")
+    encoding: str = opt("utf-8", ENCODING_HELP, metavar="NAME")
 
     def __post_init__(self):
         if not self.files:
             raise UserError("give at least one data file (the training file first)")
         for path in [*self.files, *([self.labels] if self.labels else [])]:
-            if not Path(path).is_file():
-                raise UserError(f"{path}: file not found")
+            check_file(path, "DATA" if path in self.files else "--labels")
+        check_encoding(self.encoding, "--encoding")
 
 
 def split_names(files: list[str]) -> dict[str, str]:
@@ -43,8 +45,8 @@ def run_inspect(options: InspectOptions) -> dict:
     from reltrain.data.readers import read_labels
     from reltrain.data.report import data_report, report_lines
 
-    labels = read_labels(options.labels) if options.labels else None
-    report = data_report(split_names(options.files), labels)
+    labels = read_labels(options.labels, options.encoding) if options.labels else None
+    report = data_report(split_names(options.files), labels, options.encoding)
     if options.as_json:
         print(json.dumps(report, indent=2, ensure_ascii=False))
         return report

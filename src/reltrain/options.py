@@ -11,7 +11,7 @@ import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
 from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
-from reltrain.config_checks import check_device_name
+from reltrain.config_checks import check_device_name, check_encoding
 from reltrain.errors import UserError
 
 
@@ -81,6 +81,7 @@ def _bounded(options, names: tuple[str, ...], ok, words: str) -> None:
             raise UserError(f"--{name.replace('_', '-')} must be {words}, not {value:g}")
 
 
+ENCODING_HELP = "the data file's text encoding (default utf-8; gbk, gb18030, utf-16, ...)"
 _MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
 
 
@@ -110,9 +111,11 @@ class PredictOptions(ModelOptions):
                           "same output as one)", metavar="N")
     skip_bad_rows: bool = opt(False, "go on past invalid rows: a {\"line\", \"error\"} line "
                                      "in their place")
+    encoding: str = opt("utf-8", ENCODING_HELP, metavar="NAME")
 
     def __post_init__(self):
         super().__post_init__()
+        check_encoding(self.encoding, "--encoding")
         _bounded(self, ("top_k", "chunk_rows"), lambda v: v >= 1, "at least 1")
         _bounded(self, ("workers", "devices"), lambda v: v >= 0, ">= 0")
         given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
@@ -137,10 +140,12 @@ class EvaluateOptions(ModelOptions):
                                            "none or a label)", kind=str, metavar="NAME")
     skip_bad_rows: bool = opt(False, "go on past invalid rows (each is counted in "
                                      "skipped_rows)")
+    encoding: str = opt("utf-8", ENCODING_HELP, metavar="NAME")
     batch_size: int = 256
 
     def __post_init__(self):
         super().__post_init__()
+        check_encoding(self.encoding, "--encoding")
         _bounded(self, ("batch_size",), lambda v: v >= 1, "at least 1")
         if self.negative_label is not None and not self.negative_label.strip():
             raise UserError("--negative-label must be auto, none or a label, not empty")

@@ -43,7 +43,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     check_output(o.output, (o.data, o.checkpoint))
     stop = StopRequest().install()  # to the end: one line, exit 128 + the signal
     try:
-        chunks = _row_chunks(o.data, o.chunk_rows, stop) if o.data is not None else iter(())
+        chunks = _row_chunks(o, stop) if o.data is not None else iter(())
         # Standard input is first read after the check that one process reads it (``_predict``).
         first = [] if o.data == STDIN else list(islice(chunks, 2))
         workers = o.workers if o.workers is not None else children.default_workers(local_processes())
@@ -156,13 +156,13 @@ def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Li
                 yield p[1]
 
 
-def _row_chunks(path: str, chunk_rows: int, stop: StopRequest) -> Iterator[list]:
-    """The rows of ``path``, ``chunk_rows`` at a time, each ``(line, build)``: parsing a row
+def _row_chunks(o: PredictOptions, stop: StopRequest) -> Iterator[list]:
+    """The rows of ``o.data``, ``o.chunk_rows`` at a time, each ``(line, build)``: parsing a row
     (``build``) is part of a chunk's work, done by whichever process predicts or tokenizes it."""
     from reltrain.data.readers import iter_rows
 
-    rows = iter_rows(path, require_relation=False, entity_lists=True)
-    while chunk := list(islice(rows, chunk_rows)):
+    rows = iter_rows(o.data, require_relation=False, entity_lists=True, encoding=o.encoding)
+    while chunk := list(islice(rows, o.chunk_rows)):
         stop.check(_STOPPED)
         yield chunk
 

@@ -277,7 +277,8 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
 def _write_test_predictions(cfg: Config, run_dir: Path, labels: list[str], probs) -> None:
     """``test_predictions.jsonl``: every test row with its gold and predicted relation, in input
     order; the rows are read again here (the cache holds their ids, not their text)."""
-    records = read_records(cfg.data.test, labels, skip_bad_rows=cfg.data.skip_bad_rows).records
+    records = read_records(cfg.data.test, labels, skip_bad_rows=cfg.data.skip_bad_rows,
+                           encoding=cfg.data.encoding).records
     if len(records) != len(probs):  # the file changed since the cache was built
         log.warning("%s now has %d rows, %d were scored: test_predictions.jsonl not written",
                     cfg.data.test, len(records), len(probs))

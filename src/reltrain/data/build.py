@@ -247,7 +247,7 @@ def _finish_split(folder: Path, out: dict, final_labels: list[int], lookup) -> N
 
 
 def _jobs(path: str, labels, cfg, words: bool):
-    rows = iter_rows(path)
+    rows = iter_rows(path, encoding=cfg.encoding)
     first = True
     while chunk := list(islice(rows, CHUNK_ROWS)):
         yield (path, chunk, labels, cfg.max_len, words, cfg.skip_bad_rows, first)

@@ -49,7 +49,7 @@ def cache_key(data_cfg, tokenizer_id: str) -> str:
     digest = hashlib.sha256()
     options = {"format": CACHE_FORMAT, "tokenizer": tokenizer_id, "max_len": data_cfg.max_len,
                "min_freq": data_cfg.min_freq, "max_vocab": data_cfg.max_vocab,
-               "skip_bad_rows": data_cfg.skip_bad_rows}
+               "skip_bad_rows": data_cfg.skip_bad_rows, "encoding": data_cfg.encoding}
     digest.update(json.dumps(options, sort_keys=True).encode())
     for name in (*SPLITS, "labels"):
         path = getattr(data_cfg, name)
@@ -156,14 +156,15 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: in
 
     files = {name: getattr(data_cfg, name) for name in SPLITS if getattr(data_cfg, name)}
     kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
-    given = read_labels(data_cfg.labels) if data_cfg.labels else None
+    given = read_labels(data_cfg.labels, data_cfg.encoding) if data_cfg.labels else None
     labels, vocab, meta = build.write_splits(
         files, folder, spec, given, workers, progress, check_texts=lambda texts: _check_script(data_cfg, texts, kind),
         check_relations=lambda relations: _check_relations(data_cfg, relations))
     if vocab is not None:
         (folder / "vocab.json").write_text(json.dumps(vocab.tokens, ensure_ascii=False))
     (folder / "labels.json").write_text(json.dumps(labels, ensure_ascii=False))
-    meta.update(format=CACHE_FORMAT, tokenizer=kind, report=data_report(files, labels))
+    meta.update(format=CACHE_FORMAT, tokenizer=kind,
+                report=data_report(files, labels, data_cfg.encoding))
     (folder / "meta.json").write_text(json.dumps(meta, ensure_ascii=False, indent=1))
 
 
@@ -263,12 +264,12 @@ def token_identity(prepared: Prepared) -> TokenIdentity:
 def _lm_tokenizer(data_cfg, options):
     from reltrain.data.lm import LMTokenizer
 
-    training = _TrainingRecords(data_cfg.train)
+    training = _TrainingRecords(data_cfg.train, data_cfg.encoding)
     # Entity types only from the training file's own head_type / tail_type columns.
     types = sorted({t for r in training for t in (r.head.type, r.tail.type) if t}) \
         if options.markers == "typed" else None
     lm = LMTokenizer.from_folder(options.pretrained, types)
-    texts, least = _TrainingRecords(data_cfg.train, texts=True), options.add_chars
+    texts, least = _TrainingRecords(data_cfg.train, data_cfg.encoding, texts=True), options.add_chars
     stats = lm.add_unknown_chars(texts, least) if least > 0 else {}
     if stats.get("unk_before"):
         log.info("%s reads %.1f%% of the training subwords as [UNK]; %d characters seen at least "
@@ -282,11 +283,11 @@ class _TrainingRecords:
     """The training file's good rows (or their texts), read anew for each pass, so it is never
     held whole; its bad rows are raised or skipped by the tokenizing pass."""
 
-    def __init__(self, path: str, texts: bool = False):
-        self.path, self.texts = path, texts
+    def __init__(self, path: str, encoding: str, texts: bool = False):
+        self.path, self.encoding, self.texts = path, encoding, texts
 
     def __iter__(self):
-        for _, item in iter_records(self.path):
+        for _, item in iter_records(self.path, encoding=self.encoding):
             if not isinstance(item, DataError):
                 yield item.text if self.texts else item
 

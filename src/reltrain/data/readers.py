@@ -31,56 +31,89 @@ class ReadResult:
 STDIN = "-"  # a DATA argument that means standard input
 
 
-def read_text(path: str | Path) -> str:
-    """The whole file as UTF-8 (a BOM is allowed); other encodings are a user error."""
+def read_text(path: str | Path, encoding: str = "utf-8") -> str:
+    """The whole file in ``encoding`` (UTF-8: a BOM is allowed); bytes it cannot decode are a
+    user error."""
     path = Path(path)
     try:
         raw = path.read_bytes()
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     try:
-        text = raw.decode("utf-8-sig")
+        text = raw.decode(_codec(encoding))
     except UnicodeDecodeError as exc:
         line = raw.count(b"\n", 0, exc.start) + 1
-        raise DataError(str(path), line, None,
-                        f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8") from None
+        raise DataError(str(path), line, None, _not_text(raw[exc.start], encoding)) from None
     if not text.strip():
         raise DataError(str(path), None, None, "empty file: no rows")
     return text
 
 
-def read_lines(path: str | Path) -> Iterator[str]:
-    """The file's lines as UTF-8 text, read as needed; a BOM is allowed, other encodings and an
-    empty file are user errors where they occur."""
+def read_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[str]:
+    """The file's lines in ``encoding``, read as needed (UTF-8: a BOM is allowed); bytes it
+    cannot decode and an empty file are user errors where they occur. Lines end at "\n" only."""
     if str(path) == STDIN:
         f = open(sys.stdin.fileno(), "rb", closefd=False)
     else:
         try:
             f = open(path, "rb")
+        except IsADirectoryError:
+            raise UserError(f"{path}: is a directory; give a data file") from None
         except OSError as exc:
             raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     content = False
     with f:
-        for number, raw in enumerate(f, start=1):  # binary lines end at b"\n" only
-            try:
-                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                raise DataError(str(path), number, None,
-                                f"not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file "
-                                f"as UTF-8") from None
+        for number, line in enumerate(_decoded_lines(f, path, encoding), start=1):
             content = content or bool(line.strip())
             yield line
     if not content:
         raise DataError(str(path), None, None, "empty file: no rows")
 
 
+def _decoded_lines(f, path, encoding: str) -> Iterator[str]:
+    if _codec(encoding) == "utf-8-sig":  # the common case, split as bytes: exact lines and bytes
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError as exc:
+                raise DataError(str(path), number, None, _not_text(raw[exc.start], encoding)) from None
+        return
+    # UTF-16's "\n" is two bytes: split after decoding. An error is found a block ahead of the
+    # line being read, so its line number is where decoding stopped.
+    number = 0
+    text = io.TextIOWrapper(f, encoding=encoding, newline="\n")
+    try:
+        for number, line in enumerate(text, start=1):
+            yield line.lstrip("\ufeff") if number == 1 else line
+    except UnicodeDecodeError as exc:
+        raise DataError(str(path), number + 1, None,
+                        _not_text(exc.object[exc.start], encoding)) from None
+    finally:
+        text.detach()
+
+
+def _codec(encoding: str) -> str:
+    """The codec for ``encoding``: UTF-8 reads with its BOM allowed, as Excel writes it."""
+    import codecs
+
+    name = codecs.lookup(encoding).name
+    return "utf-8-sig" if name in ("utf-8", "utf-8-sig") else name
+
+
+def _not_text(byte: int, encoding: str) -> str:
+    name = _codec(encoding).replace("-sig", "").upper()
+    return (f"not {name} text (byte 0x{byte:02x}); save the file as UTF-8, or name its encoding "
+            f"with data.encoding (e.g. gbk, gb18030, utf-16: what Excel on Chinese Windows writes)")
+
+
 def read_records(path: str | Path, labels: list[str] | None = None, *,
-                 require_relation: bool = True, skip_bad_rows: bool = False) -> ReadResult:
+                 require_relation: bool = True, skip_bad_rows: bool = False,
+                 encoding: str = "utf-8") -> ReadResult:
     """Read a .csv or .jsonl file into validated records; a relation outside ``labels`` is an error;
     ``skip_bad_rows`` keeps a bad row's reason in ``ReadResult.skipped`` instead."""
     path = str(path)
     result = ReadResult(records=[])
-    for _, item in iter_records(path, labels, require_relation=require_relation):
+    for _, item in iter_records(path, labels, require_relation=require_relation, encoding=encoding):
         if isinstance(item, DataError):
             if not skip_bad_rows:
                 raise item
@@ -94,13 +127,14 @@ def read_records(path: str | Path, labels: list[str] | None = None, *,
 
 
 def iter_records(path: str | Path, labels: list[str] | None = None, *,
-                 require_relation: bool = True,
-                 entity_lists: bool = False) -> Iterator[tuple[int, Record | EntitySentence | DataError]]:
+                 require_relation: bool = True, entity_lists: bool = False,
+                 encoding: str = "utf-8") -> Iterator[tuple[int, Record | EntitySentence | DataError]]:
     """(line, record) or (line, the row's error) for each row, read lazily; errors of the whole file
     are raised. ``entity_lists``: JSONL rows may give ``"entities"`` instead of ``h`` and ``t``."""
     path = str(path)
     known = set(labels) if labels is not None else None
-    for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists):
+    for line, build in iter_rows(path, require_relation=require_relation, entity_lists=entity_lists,
+                                 encoding=encoding):
         yield line, parse_row(build, known, labels, path, line)
 
 
@@ -118,13 +152,13 @@ def parse_row(build: Callable, known: set | None, labels: list[str] | None, path
     return record
 
 
-def iter_rows(path: str | Path, *, require_relation: bool = True,
-              entity_lists: bool = False) -> Iterator[tuple[int, Callable[[], Record | EntitySentence]]]:
+def iter_rows(path: str | Path, *, require_relation: bool = True, entity_lists: bool = False,
+              encoding: str = "utf-8") -> Iterator[tuple[int, Callable[[], Record | EntitySentence]]]:
     """(line, build) for each row; ``build()`` parses the row or raises its DataError, and it
-    pickles, so prediction workers can do the parsing."""
+    pickles, so prediction workers can do the parsing. ``encoding``: the file's (data.encoding)."""
     path = str(path)
+    lines = read_lines(path, encoding)
     if path == STDIN:  # no name to go by: JSON lines if the first row is an object, else CSV
-        lines = read_lines(path)
         head = []
         for line in lines:
             head.append(line)
@@ -134,16 +168,16 @@ def iter_rows(path: str | Path, *, require_relation: bool = True,
         if head and head[-1].lstrip().startswith("{"):
             return _jsonl_rows(path, require_relation, entity_lists, lines)
         return _csv_rows(path, require_relation, lines)
-    kind = _detect(path)
+    kind = _detect(path, read_lines(path, encoding))
     if kind == "tacred":
-        return formats.tacred_rows(path, read_lines(path), partial(
+        return formats.tacred_rows(path, lines, partial(
             _tacred_record, require_relation=require_relation))
     if kind == "semeval":
-        return formats.semeval_rows(path, read_lines(path), record_of, partial(
+        return formats.semeval_rows(path, lines, record_of, partial(
             relation_name, require_relation=require_relation))
     if kind == "csv":
-        return _csv_rows(path, require_relation)
-    return _jsonl_rows(path, require_relation, entity_lists)
+        return _csv_rows(path, require_relation, lines)
+    return _jsonl_rows(path, require_relation, entity_lists, lines)
 
 
 FORMATS = ("CSV with a header (sentence,relation,head,head_offset,tail,tail_offset, or "
@@ -151,10 +185,10 @@ FORMATS = ("CSV with a header (sentence,relation,head,head_offset,tail,tail_offs
            "SemEval's numbered sentences with <e1>/<e2> tags")
 
 
-def _detect(path: str) -> str:
+def _detect(path: str, lines: Iterator[str]) -> str:
     """The format of a file, from its first non-blank line; its name only where the content
     does not tell (a CSV header, or plain lines)."""
-    first = next((line for line in read_lines(path) if line.strip()), "")
+    first = next((line for line in lines if line.strip()), "")
     stripped = first.lstrip("\ufeff").lstrip()
     if stripped.startswith("["):
         return "tacred"
@@ -180,9 +214,9 @@ def _preview(labels: list[str], limit: int = 8) -> str:
     return shown + (f", ... ({len(labels)} in all)" if len(labels) > limit else "")
 
 
-def _csv_rows(path: str, require_relation: bool, lines: Iterator[str] | None = None) -> Iterator:
+def _csv_rows(path: str, require_relation: bool, lines: Iterator[str]) -> Iterator:
     """(line, build) per row; ``build()`` makes the record or raises the row's DataError."""
-    reader = csv.reader(lines if lines is not None else read_lines(path))
+    reader = csv.reader(lines)
     try:
         header = [h.strip() for h in next(reader)]
     except csv.Error as exc:
@@ -242,10 +276,10 @@ def _csv_record(path, line, header, col, values, require_relation, tagged=False)
     return finish(path, line, text, head, tail, relation)
 
 
-def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool = False,
-                lines: Iterator[str] | None = None) -> Iterator:
+def _jsonl_rows(path: str, require_relation: bool, entity_lists: bool,
+                lines: Iterator[str]) -> Iterator:
     # Lines end at "\n" only: str.splitlines() also breaks at U+2028, which JSON strings may hold.
-    for number, raw in enumerate(lines if lines is not None else read_lines(path), start=1):
+    for number, raw in enumerate(lines, start=1):
         if raw.strip():
             yield number, partial(_jsonl_record, path, number, raw, require_relation, entity_lists)
 
@@ -259,10 +293,10 @@ def _jsonl_record(path, line, raw, require_relation, entity_lists=False) -> Reco
     return json_record(parse_json(raw, path, line), path, line, require_relation, entity_lists)
 
 
-def read_labels(path: str | Path) -> list[str]:
+def read_labels(path: str | Path, encoding: str = "utf-8") -> list[str]:
     """``relation.csv`` (head_type,tail_type,relation,index), ordered by index; or one per line."""
     path = str(path)
-    text = read_text(path)
+    text = read_text(path, encoding)
     first = text.splitlines()[0]
     if Path(path).suffix.lower() == ".csv" and "relation" in [c.strip() for c in first.split(",")]:
         rows = list(csv.DictReader(io.StringIO(text, newline="")))

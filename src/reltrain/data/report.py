@@ -16,7 +16,8 @@ from reltrain.errors import DataError
 BAD_ROWS_NAMED = 3  # bad rows named per file; the count covers all of them
 
 
-def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:
+def data_report(files: dict[str, str], labels: list[str] | None = None,
+                encoding: str = "utf-8") -> dict:
     """The report of ``files`` (split -> path, ``train`` first when present); ``labels``: the
     label set, whose relations without a training row are named. Bad rows are counted, and the
     first few named as ``file:line: field: why``, apart from the rows read."""
@@ -24,7 +25,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None) -> dict:
     for name, path in files.items():
         counts, example_keys, text_keys, rows, bad = Counter(), [], [], 0, []
         bad_rows = 0
-        for _, build in iter_rows(path, require_relation=name == "train"):
+        for _, build in iter_rows(path, require_relation=name == "train", encoding=encoding):
             try:
                 rec = build()
             except DataError as exc:
