@@ -14,6 +14,7 @@ from reltrain.options import opt
 MAX_FILE = 64 << 20  # a summary of 10^5 relations is a few MB
 FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", "pos. P"),
            ("positive_micro_recall", "pos. R"), ("positive_macro_f1", "pos. macro-F1"),
+           ("semeval_macro_f1", "SemEval macro-F1"),
            ("macro_f1", "macro-F1"), ("micro_f1", "micro-F1"), ("accuracy", "accuracy"))
 
 

@@ -14,7 +14,8 @@ from reltrain.errors import UserError, first_line
 AMP_SETTINGS = ("auto", "off", "bf16", "fp16")
 RUNTIMES = ("torch", "onnx")
 SWITCH = ("auto", "true", "false")  # log.progress, log.tensorboard, --progress
-SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1", "loss")
+SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1",
+                  "semeval_macro_f1", "loss")
 
 
 def check_choices(options, prefix: str = "--") -> None:
@@ -151,8 +152,8 @@ class TrainConfig:
     select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
                                       "plateau and early stopping: auto (positive_micro_f1 where "
                                       "the labels have a negative relation, else macro_f1), "
-                                      "macro_f1, micro_f1, positive_micro_f1, positive_macro_f1 "
-                                      "or loss", SELECT_METRICS)
+                                      "macro_f1, micro_f1, positive_micro_f1, positive_macro_f1, "
+                                      "semeval_macro_f1 (directed labels) or loss", SELECT_METRICS)
     class_weights: str = _opt("none", "none or balanced (inverse class frequency in the loss)",
                               ("none", "balanced"))
     seed: int = _opt(1, "seed for python, numpy and torch")
@@ -208,7 +209,7 @@ class Config:
 # have a negative relation); the validation loss, lower is better, can select too.
 METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy",
            "positive_micro_f1", "positive_micro_precision", "positive_micro_recall",
-           "positive_macro_f1")
+           "positive_macro_f1", "semeval_macro_f1")
 DEVICE_NAMES = "auto, cpu, cuda or cuda:N"
 
 

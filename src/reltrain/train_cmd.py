@@ -153,7 +153,7 @@ class _Parts:
 def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
     """The negative relation's index (or None) and the validation figure that selects."""
     negative = negative_index(cfg.eval.negative_label, labels)
-    select = resolve_select(cfg.train.select_metric, negative)
+    select = resolve_select(cfg.train.select_metric, negative, labels)
     if negative is not None:
         log.info("negative relation: %s (left out of the positive figures); best.pt by %s",
                  labels[negative], select)

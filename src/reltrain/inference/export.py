@@ -185,7 +185,7 @@ def _card_metadata(config: dict, out: Path, test: dict) -> list[str]:
         header += ["model-index:", f"- name: {json.dumps(out.name)}", "  results:", "  - task:",
                    "      type: relation-extraction", "    metrics:"]
         header += [f"    - type: {k}\n      value: {test[k]:.4f}" for k in
-                   ("positive_micro_f1", "positive_macro_f1", "macro_f1", "micro_f1",
+                   ("positive_micro_f1", "positive_macro_f1", "semeval_macro_f1", "macro_f1", "micro_f1",
                     "macro_precision", "macro_recall") if k in test]
     return header + ["---"]
 
@@ -194,6 +194,7 @@ def _card_scores(test: dict, negative: str | None) -> str:
     """The test figures as a Markdown table, the positive ones first, and what they leave out."""
     shown = {"positive_micro_f1": "positive micro-F1", "positive_micro_precision": "positive P",
              "positive_micro_recall": "positive R", "positive_macro_f1": "positive macro-F1",
+             "semeval_macro_f1": "SemEval macro-F1",
              "macro_f1": "macro-F1", "micro_f1": "micro-F1", "macro_precision": "macro-P",
              "macro_recall": "macro-R"}
     keys = [k for k in shown if k in test]

@@ -34,6 +34,8 @@ class EpochLine(Callback):
                 parts += [f"macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
             else:
                 parts += [f"valid macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
+            if "semeval_macro_f1" in v:
+                parts.append(f"SemEval macro-F1 {v['semeval_macro_f1']:.4f}")
         parts += [f"lr {record['lr']:.2g}", f"{record['train_sent_per_s']:.0f} sent/s"]
         if record.get("best"):
             parts.append(f"* best {self.metric}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import unicodedata
 
 import numpy as np
@@ -10,7 +11,7 @@ from reltrain.errors import UserError
 
 
 
-def resolve_select(setting: str, negative: int | None) -> str:
+def resolve_select(setting: str, negative: int | None, labels: list[str]) -> str:
     """The validation figure ``train.select_metric`` names; ``auto``: positive micro-F1 where
     there is a negative relation (docs/benchmarks.md has the measurement), else macro-F1."""
     if setting == "auto":
@@ -18,6 +19,9 @@ def resolve_select(setting: str, negative: int | None) -> str:
     if setting.startswith("positive_") and negative is None:
         raise UserError(f"train.select_metric={setting} needs a negative relation: none of the "
                         f"labels is named like one; set eval.negative_label=LABEL")
+    if setting == "semeval_macro_f1" and not any(map(DIRECTED.fullmatch, labels)):
+        raise UserError("train.select_metric=semeval_macro_f1 needs directed labels such as "
+                        "Cause-Effect(e1,e2) and Cause-Effect(e2,e1) (SemEval-2010 Task 8's)")
     return setting
 
 
@@ -51,6 +55,9 @@ def compute_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str],
         out.update(positive_metrics(y_true, y_pred, negative))
         others = present != negative
         out["positive_macro_f1"] = float(f[others].mean()) if others.any() else 0.0
+    kinds = [m.group(1) if (m := DIRECTED.fullmatch(name)) else None for name in labels]
+    if any(kinds):
+        out["semeval_macro_f1"] = semeval_macro_f1(y_true, y_pred, kinds)
     out["per_class"] = per_class
     return out
 
@@ -63,6 +70,27 @@ def positive_metrics(y_true: np.ndarray, y_pred: np.ndarray, negative: int) -> d
     p, r, f = _prf(np.float64(correct), np.count_nonzero(guessed), np.count_nonzero(gold))
     return {"positive_micro_precision": float(p), "positive_micro_recall": float(r),
             "positive_micro_f1": float(f)}
+
+
+# A directed label of SemEval-2010 Task 8: the relation type, then the direction.
+DIRECTED = re.compile(r"(.+)\((?:e1,e2|e2,e1)\)")
+
+
+def semeval_macro_f1(y_true: np.ndarray, y_pred: np.ndarray, kinds: list[str | None]) -> float:
+    """SemEval-2010 Task 8's official score (scorer v1.2, "(9+1)-way evaluation with
+    directionality taken into account"): per relation type, both directions together, an answer
+    is correct only with the right direction, precision divides by every answer of the type and
+    recall by every gold example of it; F1 per type, averaged over the types that occur in the
+    gold or the answers. Undirected labels (``kinds`` None: Other) are left out."""
+    kind = np.array([k or "" for k in kinds], dtype=object)
+    gold, guess = kind[y_true], kind[y_pred]
+    f1s = []
+    for name in sorted((set(gold) | set(guess)) - {""}):
+        correct = np.count_nonzero((y_true == y_pred) & (gold == name))
+        p, r, f = _prf(np.float64(correct), np.count_nonzero(guess == name),
+                       np.count_nonzero(gold == name))
+        f1s.append(float(f))
+    return float(np.mean(f1s)) if f1s else 0.0
 
 
 def _prf(tp, predicted, gold):
@@ -107,6 +135,8 @@ def headline(metrics: dict) -> str:
                   f"P {metrics['positive_micro_precision']:.4f}",
                   f"R {metrics['positive_micro_recall']:.4f}",
                   f"positive macro-F1 {metrics['positive_macro_f1']:.4f}"]
+    if "semeval_macro_f1" in metrics:
+        parts.append(f"SemEval macro-F1 {metrics['semeval_macro_f1']:.4f}")
     parts += [f"macro-F1 {metrics['macro_f1']:.4f}", f"micro-F1 {metrics['micro_f1']:.4f}"]
     return "  ".join(parts)
 
