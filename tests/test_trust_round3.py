@@ -134,3 +134,21 @@ def test_a_bad_encoding_name_or_a_folder_for_a_file_is_one_line(tmp_path, small_
         capsys, "train", f"data.train={tmp_path}")
     assert f"DATA: {tmp_path} is a directory; give a file" in cli_error(
         capsys, "inspect", str(tmp_path))
+
+
+def test_compare_lines_up_chinese_relation_names_by_display_width(tmp_path, capsys):
+    from reltrain.training.metrics import display_width
+
+    runs = []
+    for name, f1 in (("a", 0.5), ("b", 0.75)):
+        (tmp_path / name).mkdir()
+        per_class = {rel: {"f1": f1} for rel in ("所在城市", "x", "出品公司（电影）", "祖籍")}
+        (tmp_path / name / "summary.json").write_text(json.dumps(
+            {"test": {"macro_f1": f1, "per_class": per_class}}, ensure_ascii=False),
+            encoding="utf-8")
+        runs.append(str(tmp_path / name))
+    assert main(["compare", *runs]) == 0
+    rows = [line for line in capsys.readouterr().out.splitlines() if "0.5000" in line]
+    assert len(rows) == 5
+    # Each figure ends at the same terminal column, whatever the name before it.
+    assert len({display_width(row[:row.index("0.5000") + 6]) for row in rows}) == 1
