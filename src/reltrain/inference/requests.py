@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from reltrain.data.rows import MAX_INT_DIGITS
 from reltrain.errors import DataError
 
 # The keys of each request shape; any other is refused by name (a typo such as tail_ofset
@@ -121,35 +122,52 @@ def _examples(item) -> int:
     return len(item.pairs()) if isinstance(item, EntitySentence) else 1
 
 
-_ENTITY = {"type": "object", "additionalProperties": False, "required": ["pos"],
-           "properties": {"name": {"type": "string"},
-                          "pos": {"type": "array", "items": {"type": "integer"},
-                                  "minItems": 2, "maxItems": 2,
-                                  "description": "[start, end): character offsets (token "
-                                                 "positions with 'token')"},
-                          "type": {"type": "string"}, "id": {"type": "string"}}}
-_ID = {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 200}, {"type": "integer"}],
-       "description": "the example's own id, echoed in its answer"}
-_SHAPES = [
-    {"title": "pair", "type": "object", "additionalProperties": False,
-     "required": ["text", "head", "tail"],
-     "description": "a sentence and two entity strings (first occurrence, or at the offsets)",
-     "properties": {"text": {"type": "string"}, "head": {"type": "string"},
-                    "tail": {"type": "string"}, "head_offset": {"type": "integer", "minimum": 0},
-                    "tail_offset": {"type": "integer", "minimum": 0},
-                    "relation": {"type": "string", "description": "gold label, echoed"},
-                    "id": _ID}},
-    {"title": "row", "type": "object", "additionalProperties": False, "required": ["h", "t"],
-     "description": "the JSON-lines shape: 'text' (or 'token', a list of words) with h and t",
-     "properties": {"text": {"type": "string"},
-                    "token": {"type": "array", "items": {"type": "string"}},
-                    "h": _ENTITY, "t": _ENTITY, "relation": {"type": "string"}, "id": _ID}},
-    {"title": "sentence", "type": "object", "additionalProperties": False,
-     "required": ["text", "entities"],
-     "description": "a sentence with entities: every ordered pair is predicted",
-     "properties": {"text": {"type": "string"},
-                    "entities": {"type": "array", "items": _ENTITY, "minItems": 2}, "id": _ID}},
-]
-# POST /predict's body in the OpenAPI schema: one example, or a list of them.
-REQUEST_SCHEMA = {"oneOf": [*_SHAPES, {"type": "array", "items": {"oneOf": _SHAPES},
-                                       "minItems": 1}]}
+def request_schema(limits: Limits) -> dict:
+    """POST /predict's body in the OpenAPI schema: one example or a list, with the bounds the
+    server holds it to. What JSON Schema cannot say is answered 422 too: an entity string that
+    does not occur in the text, offsets that do not hold it, two spans alike, more entity pairs
+    than --max-items or more text to read than --max-request-chars."""
+    # Text with a character that is not white space, as the readers require.
+    text = {"type": "string", "minLength": 1, "maxLength": limits.max_text_chars,
+            "pattern": r"\S"}
+    label = {"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"}
+    # Numbers of at most MAX_INT_DIGITS digits: parse_json refuses longer ones anywhere.
+    index = {"type": "integer", "minimum": 0, "maximum": MAX_INTEGER}
+    entity = {"type": "object", "additionalProperties": False, "required": ["pos"],
+              "properties": {"name": {"type": "string", "maxLength": limits.max_text_chars},
+                             "pos": {"type": "array", "items": index, "minItems": 2,
+                                     "maxItems": 2,
+                                     "description": "[start, end): character offsets (token "
+                                                    "positions with 'token')"},
+                             "type": {"type": "string", "maxLength": 200},
+                             "id": {"type": "string", "maxLength": 200}}}
+    ident = {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 200, "pattern": r"\S"},
+                       {"type": "integer", "minimum": -MAX_INTEGER, "maximum": MAX_INTEGER}],
+             "description": "the example's own id, echoed in its answer"}
+    # A sentence of n entities asks for n (n - 1) pairs.
+    most_entities = max(2, int((1 + (1 + 4 * limits.max_items) ** 0.5) / 2))
+    shapes = [
+        {"title": "pair", "type": "object", "additionalProperties": False,
+         "required": ["text", "head", "tail"],
+         "description": "a sentence and two entity strings (first occurrence, or at the offsets)",
+         "properties": {"text": text, "head": text, "tail": text, "head_offset": index,
+                        "tail_offset": index,
+                        "relation": {**label, "description": "gold label, echoed"}, "id": ident}},
+        {"title": "row", "type": "object", "additionalProperties": False, "required": ["h", "t"],
+         "description": "the JSON-lines shape: 'text' (or 'token', a list of words) with h and t",
+         "properties": {"text": text,
+                        "token": {"type": "array", "minItems": 1,
+                                  "items": {"type": "string", "pattern": r"^\S+$"}},
+                        "h": entity, "t": entity, "relation": label, "id": ident}},
+        {"title": "sentence", "type": "object", "additionalProperties": False,
+         "required": ["text", "entities"],
+         "description": "a sentence with entities: every ordered pair is predicted",
+         "properties": {"text": text, "id": ident,
+                        "entities": {"type": "array", "items": entity, "minItems": 2,
+                                     "maxItems": most_entities}}},
+    ]
+    return {"oneOf": [*shapes, {"type": "array", "items": {"oneOf": shapes}, "minItems": 1,
+                                "maxItems": limits.max_items}]}
+
+
+MAX_INTEGER = 10 ** MAX_INT_DIGITS - 1

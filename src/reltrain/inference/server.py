@@ -17,7 +17,7 @@ from pathlib import Path
 from reltrain.errors import UserError
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed, Unavailable
 from reltrain.inference.observe import Metrics, Observed, access_log_to_stderr
-from reltrain.inference.requests import REQUEST_SCHEMA, BadRequest, Limits, parse_items
+from reltrain.inference.requests import BadRequest, Limits, parse_items, request_schema
 from reltrain.options import ServeOptions
 
 log = logging.getLogger("reltrain.serve")
@@ -94,13 +94,29 @@ def _error(status: int, message: str, field_name: str | None, headers=None):
                         headers=headers)
 
 
+_WHY = {400: "the body is not UTF-8 JSON text (or a number in it has more than 18 digits)",
+        408: "the body did not arrive in time", 413: "too large: the body, the examples or "
+        "the text to read", 422: "an example the model cannot read (the field says which)",
+        503: "busy (retry after Retry-After seconds), stopping or failed"}
+_ERROR_BODY = {"type": "object", "required": ["error", "field"],
+               "properties": {"error": {"type": "string"},
+                              "field": {"type": ["string", "null"]}}}
+
+
+def _answers(*statuses: int) -> dict:
+    """The error answers of an endpoint for the OpenAPI schema, each with the error body."""
+    return {status: {"description": _WHY[status],
+                     "content": {"application/json": {"schema": _ERROR_BODY}}}
+            for status in statuses}
+
+
 def _add_error_handlers(app) -> None:
     from fastapi.exceptions import RequestValidationError
     from starlette.exceptions import HTTPException
 
     @app.exception_handler(HTTPException)
-    async def http_error(request, exc):  # 404, 405 in the same JSON shape
-        return _error(exc.status_code, str(exc.detail), None)
+    async def http_error(request, exc):  # 404, 405 in the same JSON shape; 405 keeps its Allow
+        return _error(exc.status_code, str(exc.detail), None, getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request, exc):
@@ -123,14 +139,14 @@ def _add_demo(app) -> None:
 def _add_status(app, state: dict, metrics) -> None:
     from fastapi.responses import JSONResponse, Response
 
-    @app.get("/health")
+    @app.get("/health", responses=_answers(503))
     async def health():
         batcher = state["batcher"]
         if batcher.stopped:
             return JSONResponse({"status": "failed", "reason": batcher.stopped}, status_code=503)
         return {"status": "ok", **batcher.counts, "queued": batcher.queued}
 
-    @app.get("/ready")
+    @app.get("/ready", responses=_answers(503))
     async def ready():
         if state["draining"] or state["batcher"].stopped:
             reason = "draining" if state["draining"] else "failed"
@@ -141,7 +157,9 @@ def _add_status(app, state: dict, metrics) -> None:
     async def model():
         return state["info"]
 
-    @app.get("/metrics")
+    @app.get("/metrics", response_class=Response, responses={200: {
+        "description": "Prometheus' text format", "content": {"text/plain": {"schema": {
+            "type": "string"}}}}})
     async def prometheus():
         from prometheus_client import CONTENT_TYPE_LATEST
 
@@ -149,13 +167,14 @@ def _add_status(app, state: dict, metrics) -> None:
 
 
 def _add_predict(app, state: dict, options: ServeOptions) -> None:
-    from fastapi import Request
+    from fastapi import Query, Request
 
     limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
 
-    @app.post("/predict", openapi_extra={"requestBody": {
-        "required": True, "content": {"application/json": {"schema": REQUEST_SCHEMA}}}})
-    async def predict(request: Request, top_k: int | None = None):
+    @app.post("/predict", responses=_answers(400, 408, 413, 422, 503), openapi_extra={
+        "requestBody": {"required": True, "content": {"application/json": {
+            "schema": request_schema(limits)}}}})
+    async def predict(request: Request, top_k: int | None = Query(None, ge=1)):
         """Relations for one example or a list; a sentence with entities gives every pair."""
         k = options.top_k if top_k is None else top_k
         if not 1 <= k <= len(state["predictor"].labels):
