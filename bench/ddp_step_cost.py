@@ -45,7 +45,7 @@ def step_times(model, batch_size: int, vocab: int, steps: int, seed: int) -> flo
 
 
 def build(vocab: int):
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.models import build_model
 
     torch.manual_seed(0)
@@ -56,7 +56,7 @@ def build(vocab: int):
 def worker(args) -> None:
     import torch.distributed as dist
 
-    from reltrain import distributed as D
+    from reltrain.runtime import distributed as D
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

@@ -4,7 +4,7 @@
     python bench/memory.py --epochs 3 --cached
 
 Each run is a fresh process. The stages are read from /proc/self/status (VmRSS now, VmHWM the
-peak so far) after each step of ``reltrain.train_cmd`` and each epoch; the largest child's peak
+peak so far) after each step of ``reltrain.commands.train`` and each epoch; the largest child's peak
 (the tokenizing and plotting children) from RUSAGE_CHILDREN. The baseline, measured in the same
 session, is a process that only imports torch.
 """
@@ -33,9 +33,9 @@ def mark(name):
 mark("python")
 import torch
 mark("import torch")
-import reltrain.train_cmd as T
+import reltrain.commands.train as T
 import reltrain.training.trainer as TR
-mark("import reltrain.train_cmd")
+mark("import reltrain.commands.train")
 def after(owner, name, label):
     f = getattr(owner, name)
     def wrapped(*a, **k):

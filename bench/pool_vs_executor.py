@@ -44,7 +44,7 @@ def _start() -> None:
 
 
 def _chunk(chunk: list):
-    from reltrain.predict import _chunk_lines
+    from reltrain.commands.predict import _chunk_lines
 
     return _chunk_lines(_PREDICTOR, chunk, 3, False)
 
@@ -54,8 +54,8 @@ def run_executor(checkpoint: str, corpus: str, out: str, context: str, workers: 
     from concurrent.futures import ProcessPoolExecutor
 
     from reltrain.inference import pool
-    from reltrain.predict import _chunk_lines, _row_chunks
-    from reltrain.stops import StopRequest
+    from reltrain.commands.predict import _chunk_lines, _row_chunks
+    from reltrain.runtime.stops import StopRequest
 
     helpers = ProcessPoolExecutor(workers - 1, mp_context=multiprocessing.get_context(context),
                                   initializer=_init, initargs=(checkpoint,))
@@ -86,7 +86,7 @@ def run_executor(checkpoint: str, corpus: str, out: str, context: str, workers: 
 def one(variant: str, checkpoint: str, corpus: str, out: str, workers: int) -> float:
     start = time.perf_counter()
     if variant == "pool":
-        from reltrain.predict import run_predict
+        from reltrain.commands.predict import run_predict
 
         run_predict(checkpoint, corpus, output=out, workers=workers, progress="false")
     else:

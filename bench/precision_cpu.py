@@ -5,7 +5,7 @@ macro-F1 on deepke-zh, two seeds each, every run a fresh process.
     python bench/precision_cpu.py --encoders cnn,pcnn,bilstm,transformer
     python bench/precision_cpu.py --lm            # also the MiniLM recipe (configs/deepke-zh-lm.yaml)
 
-What train.amp=auto picks on this CPU is printed first (reltrain/precision.py). Without bf16
+What train.amp=auto picks on this CPU is printed first (reltrain/runtime/precision.py). Without bf16
 arithmetic (no AVX512-BF16 or AMX) bf16 is emulated: the MiniLM recipe would then take many
 hours, so --lm refuses to run it there unless --force is given.
 """
@@ -22,7 +22,7 @@ from deepke_runs import DEFAULT_DATA, minilm_dir, train_deepke  # noqa: E402
 
 import torch  # noqa: E402
 
-from reltrain.precision import native_bf16_cpu, resolve  # noqa: E402
+from reltrain.runtime.precision import native_bf16_cpu, resolve  # noqa: E402
 
 
 def main() -> None:

@@ -33,14 +33,14 @@ from torch.utils.flop_counter import FlopCounterMode
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deepke_runs import DEFAULT_DATA, ROOT, minilm_dir  # noqa: E402
 
-from reltrain.config import load_config  # noqa: E402
+from reltrain.config.train import load_config  # noqa: E402
 from reltrain.data.dataset import (RelationDataset, TrainBatchSampler, eval_batches,  # noqa: E402
                                    collate_batch)
 from reltrain.data.inputs import text_encoder  # noqa: E402
 from reltrain.data.preprocess import prepare_run  # noqa: E402
 from reltrain.models import build_model  # noqa: E402
-from reltrain import distributed as D  # noqa: E402
-from reltrain.precision import resolve as resolve_precision  # noqa: E402
+from reltrain.runtime import distributed as D  # noqa: E402
+from reltrain.runtime.precision import resolve as resolve_precision  # noqa: E402
 from reltrain.training.optim import (Schedule, build_loss, build_optimizer,  # noqa: E402
                                     sparse_embedding)
 from reltrain.training.trainer import Trainer  # noqa: E402

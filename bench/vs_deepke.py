@@ -50,10 +50,10 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
                  extra: list[str]) -> dict:
     import torch
 
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.inference.predictor import Predictor
     from reltrain.data.readers import read_records
-    from reltrain.train_cmd import run_train
+    from reltrain.commands.train import run_train
 
     cfg = load_config(str(recipe(model)), [
         f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from reltrain.examples import EXAMPLE_DIR
+from reltrain.data.examples import EXAMPLE_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = ROOT.parent / "shared" / "data" / "deepke-zh"
@@ -176,3 +176,15 @@ def encoder_args(name: str, tiny_bert: str) -> list[str]:
         return ["model.name=lm", f"model.lm.pretrained={tiny_bert}", "train.encoder_lr=1e-3",
                 "train.amp=off"]
     return [f"model.name={name}", *SMALL_ENCODERS[name]]
+
+
+@pytest.fixture(scope="module")
+def model(small_en, tmp_path_factory) -> Path:
+    """A small CNN, trained one epoch and exported: what the server tests serve."""
+    from reltrain.cli import main
+
+    root = tmp_path_factory.mktemp("serve")
+    assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
+                 "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
+    assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
+    return root / "model"

@@ -15,7 +15,7 @@ import torch
 
 import reltrain
 from reltrain.cli import main
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import data_overrides, encoder_args, run_cli, user_error
 
@@ -54,8 +54,8 @@ def refused(path, match: str) -> str:
     with pytest.raises(UserError, match=match) as caught:
         reltrain.load(path)
     with pytest.raises(UserError, match=match):
-        from reltrain.inference.export import export_model
-        from reltrain.options import ExportOptions
+        from reltrain.commands.export import export_model
+        from reltrain.config.commands import ExportOptions
 
         export_model(ExportOptions(path, os.path.join(os.path.dirname(path), "export-of-refused")))
     return str(caught.value)

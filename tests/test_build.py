@@ -10,14 +10,14 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from reltrain.config import load_config
+from reltrain.config.load import load_config
 from reltrain.data import build
 from reltrain.data.preprocess import CACHE_FORMAT, prepare
 from reltrain.data.split import Split, encode_records
 from reltrain.data.readers import read_labels, read_records
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 from conftest import ZH_ROWS, data_overrides, ok, torchrun, write_csv
 
@@ -144,7 +144,7 @@ def test_every_rank_maps_the_same_cache_files(tmp_path, small_en):
     script = tmp_path / "ranks.py"
     script.write_text(
         "import json, sys\nimport numpy as np\n"
-        "from reltrain import distributed as D\nfrom reltrain.config import load_config\n"
+        "from reltrain.runtime import distributed as D\nfrom reltrain.config.load import load_config\n"
         "from reltrain.data.preprocess import prepare\n"
         "cfg = load_config(None, sys.argv[1:])\n"
         "ctx = D.setup('cpu', cfg.dist)\n"

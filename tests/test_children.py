@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from reltrain import children, stops
-from reltrain.errors import Preempted
+from reltrain.runtime import children, stops
+from reltrain.runtime.errors import Preempted
 
 from conftest import SCRATCH, WORKER_ENV, data_overrides, ok
 
@@ -131,7 +131,7 @@ def test_the_handler_notes_once_and_a_second_signal_acts_as_before():
 
 _ORPHAN = textwrap.dedent("""
     import sys, time
-    from reltrain import children
+    from reltrain.runtime import children
     child = children.Child()
     print(child.proc.pid, flush=True)
     child.send(time.sleep, 60)

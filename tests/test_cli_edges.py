@@ -151,9 +151,9 @@ def test_serves_flags_are_its_options_dataclass_defined_once():
     import argparse
     import dataclasses
 
-    from reltrain.errors import UserError
-    from reltrain.options import ServeOptions
-    from reltrain.options import add_to, from_args
+    from reltrain.runtime.errors import UserError
+    from reltrain.config.commands import ServeOptions
+    from reltrain.config.commands import add_to, from_args
 
     parser = argparse.ArgumentParser()
     add_to(parser, ServeOptions)
@@ -169,9 +169,9 @@ def test_serves_flags_are_its_options_dataclass_defined_once():
 def test_predicts_flags_are_its_options_dataclass_defined_once():
     import argparse
 
-    from reltrain.errors import UserError
-    from reltrain.options import add_to, from_args
-    from reltrain.options import PredictOptions
+    from reltrain.runtime.errors import UserError
+    from reltrain.config.commands import add_to, from_args
+    from reltrain.config.commands import PredictOptions
 
     parser = argparse.ArgumentParser()
     add_to(parser, PredictOptions)
@@ -188,8 +188,8 @@ def test_predicts_flags_are_its_options_dataclass_defined_once():
 
 
 def test_evaluates_options_refuse_an_empty_negative_label_and_a_bad_runtime():
-    from reltrain.options import EvaluateOptions
-    from reltrain.errors import UserError
+    from reltrain.config.commands import EvaluateOptions
+    from reltrain.runtime.errors import UserError
 
     with pytest.raises(UserError, match="--negative-label must be auto, none or a label"):
         EvaluateOptions("m", "d.csv", negative_label=" ")

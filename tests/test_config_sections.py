@@ -3,8 +3,8 @@ versions are unknown keys, with the sectioned name offered."""
 
 import pytest
 
-from reltrain.config import config_from_dict, load_config
-from reltrain.errors import UserError
+from reltrain.config.load import config_from_dict, load_config
+from reltrain.runtime.errors import UserError
 
 
 def test_the_sectioned_keys_from_a_file_and_the_command_line(tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_cli
 from test_report import browser
-from test_serve import Server, model  # noqa: F401  (model: the fixture)
+from test_serve import Server
 
 pytest.importorskip("fastapi")
 pytestmark = pytest.mark.slow

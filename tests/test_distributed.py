@@ -168,9 +168,9 @@ def test_strategy_ddp_without_a_launcher_is_a_clear_error(odd_data, tmp_path):
 def _buffers_worker(rank: int, port: int) -> None:
     import torch.distributed as dist
 
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.models import build_model
-    from reltrain import distributed as D
+    from reltrain.runtime import distributed as D
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=1)
     ctx = D.DistContext(strategy="ddp", backend="gloo")
@@ -209,8 +209,8 @@ def test_predict_on_two_processes_writes_the_same_bytes_as_one(runs, odd_data, t
 TEARDOWN_SCRIPT = """
 import json, os, sys
 from pathlib import Path
-from reltrain.config import load_config
-from reltrain.train_cmd import run_train
+from reltrain.config.load import load_config
+from reltrain.commands.train import run_train
 
 run_train(load_config(overrides=sys.argv[2:]))
 names = sorted(Path(f"/proc/self/task/{t}/comm").read_text().strip() for t in os.listdir("/proc/self/task"))
@@ -236,8 +236,8 @@ import json, os, sys
 from pathlib import Path
 import torch
 import torch.distributed as dist
-from reltrain.config import DistConfig
-from reltrain import distributed as D
+from reltrain.config.train import DistConfig
+from reltrain.runtime import distributed as D
 
 ctx = D.setup("cpu", DistConfig())
 pickled = []
@@ -275,7 +275,7 @@ def test_a_state_reaches_every_rank_with_its_tensors_outside_pickle(tmp_path):
 PIPE_SCRIPT = """
 import os, sys
 from pathlib import Path
-import reltrain.train_cmd as T
+import reltrain.commands.train as T
 from reltrain.cli import main
 
 def closed_pipe(summary):  # the reader of the output left (`| head`)

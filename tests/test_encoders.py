@@ -146,7 +146,7 @@ def test_word_vectors_text_and_binary(tmp_path):
     vectors, found = load_word_vectors(binary, vocab, 2)
     assert found.tolist() == [False, False, True, False, True]
     np.testing.assert_array_equal(vectors[4], [7, 8])
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     with pytest.raises(DataError, match="set model.word_dim=2"):
         load_word_vectors(text, vocab, 3)

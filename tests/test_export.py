@@ -133,7 +133,7 @@ def test_onnx_runtime_errors_say_what_to_do(onnx_folders, exported, tmp_path):
 
 
 def test_a_failed_onnx_export_leaves_the_folder_empty(exported, tmp_path, monkeypatch, capsys):
-    from reltrain.errors import UserError
+    from reltrain.runtime.errors import UserError
     from reltrain.inference import onnx
 
     pytest.importorskip("onnxruntime")

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reltrain.data.readers import read_labels, read_records
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import EXAMPLE_DIR, ZH_HEADER, ZH_ROWS
 

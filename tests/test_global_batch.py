@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from reltrain.cli import main
-from reltrain.config import load_config
-from reltrain.errors import UserError
+from reltrain.config.load import load_config
+from reltrain.runtime.errors import UserError
 from reltrain.training.batching import plan_batches
 
 from conftest import (EXAMPLE_DIR, encoder_args, make_tiny_bert, ok, read_jsonl, run_cli,

@@ -1,6 +1,6 @@
-"""The package layers of docs/architecture.md, checked on every import statement (function-level
-imports included): inference needs nothing of training, the shared modules need neither, and
-one module is rank-aware."""
+"""The folders of src/reltrain are the layers (shared/DESIGN.md, docs/architecture.md), checked
+on every import statement, function-level imports included: each imports only downwards, the
+whole graph has no circle, and one module is rank-aware."""
 
 import ast
 from pathlib import Path
@@ -8,14 +8,41 @@ from pathlib import Path
 import reltrain
 
 ROOT = Path(reltrain.__file__).parent
-SHARED = ("artifacts", "checkpoint_format", "children", "config", "config_checks", "distributed",
-          "errors", "logs", "options", "output", "precision", "scoring", "stops")
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_module(path): path for path in ROOT.rglob("*.py")}
+
+
+def _target(name: str) -> str | None:
+    """The module of reltrain that ``name`` (a module, or a name imported from one) is in."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
 
 
 def _imports() -> dict[str, set[str]]:
+    """Each module's imports of other modules of reltrain, function-level imports included."""
     found = {}
-    for path in ROOT.rglob("*.py"):
-        module = ".".join(path.relative_to(ROOT.parent).with_suffix("").parts)
+    for module, path in MODULES.items():
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+            elif isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+        found[module] = {t for n in names if n.startswith("reltrain") and (t := _target(n))} - {module}
+    return found
+
+
+def _all_imports() -> dict[str, set[str]]:
+    """Every imported name, reltrain's or not (for torch.distributed)."""
+    found = {}
+    for module, path in MODULES.items():
         names = set()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and node.module:
@@ -27,62 +54,77 @@ def _imports() -> dict[str, set[str]]:
     return found
 
 
-def _reaching(imports: dict, prefixes: tuple[str, ...]) -> dict[str, list[str]]:
-    return {module: sorted(n for n in names if n.startswith(prefixes))
-            for module, names in imports.items() if any(n.startswith(prefixes) for n in names)}
-
-
-def test_the_layers_import_only_downwards():
-    imports = _imports()
-    upper = ("reltrain.training", "reltrain.inference", "reltrain.train_cmd", "reltrain.predict",
-             "reltrain.evaluate", "reltrain.cli", "reltrain.inspect_cmd", "reltrain.compare_cmd",
-             "reltrain.report_cmd")
-    below = {m: n for m, n in imports.items()
-             if m.startswith(("reltrain.data.", "reltrain.models."))
-             or m in {f"reltrain.{name}" for name in SHARED}}
-    assert _reaching(below, upper) == {}
-    inference = {m: n for m, n in imports.items() if m.startswith("reltrain.inference.")}
-    assert _reaching(inference, ("reltrain.training", "reltrain.train_cmd", "reltrain.predict",
-                                 "reltrain.compare_cmd", "reltrain.report_cmd")) == {}
-
-
-# docs/architecture.md's four layers; a module may import its own layer and those below it.
-# errors.py and children.py stand under data/ (they import nothing else of reltrain).
+# shared/DESIGN.md's layout: each folder one layer, lowest first. A module imports its own
+# folder and the layers below it; two folders of one layer import neither each other.
 LAYERS = {
-    1: ("reltrain.cli", "reltrain.train_cmd", "reltrain.predict",
-        "reltrain.evaluate", "reltrain.preprocess_cmd", "reltrain.inspect_cmd",
-        "reltrain.compare_cmd", "reltrain.report_cmd", "reltrain.launch", "reltrain.__main__",
-        "reltrain"),
-    2: ("reltrain.training", "reltrain.inference"),
-    3: ("reltrain.artifacts", "reltrain.checkpoint_format", "reltrain.scoring",
-        "reltrain.distributed", "reltrain.stops", "reltrain.precision", "reltrain.config",
-        "reltrain.config_checks", "reltrain.config_files", "reltrain.options", "reltrain.logs",
-        "reltrain.output", "reltrain.examples"),
-    4: ("reltrain.data", "reltrain.models", "reltrain.errors", "reltrain.children"),
+    "reltrain.runtime": 1,
+    "reltrain.data": 2, "reltrain.models": 2,
+    "reltrain.config": 3,
+    "reltrain.artifacts": 4, "reltrain.evaluation": 4,
+    "reltrain.training": 5, "reltrain.inference": 5,
+    "reltrain.commands": 6,
+    "reltrain.cli": 7, "reltrain": 7, "reltrain.__main__": 8,
 }
 
 
-def _layer(name: str) -> int | None:
-    """The layer of a module or of a name imported from one (``reltrain.data.lm.X``)."""
-    found = [(len(prefix), layer) for layer, prefixes in LAYERS.items() for prefix in prefixes
-             if name == prefix or name.startswith(prefix + ".")]
-    return max(found)[1] if found else None
+def _folder(module: str) -> str:
+    found = [prefix for prefix in LAYERS if module == prefix or module.startswith(prefix + ".")]
+    return max(found, key=len)
 
 
-def test_every_module_has_a_layer_and_imports_only_its_own_or_lower_ones():
+def test_the_folders_are_the_layers_and_import_only_downwards():
     imports = _imports()
-    assert [m for m in imports if _layer(m) is None] == []
-    package = ("reltrain", "reltrain.__version__")  # what every submodule's import loads anyway
-    upward = {module: sorted(n for n in names if n.startswith("reltrain") and n not in package
-                             and (_layer(n) or 5) < _layer(module))
+    upward = {module: sorted(n for n in names if _folder(n) != _folder(module)
+                             and LAYERS[_folder(n)] >= LAYERS[_folder(module)]
+                             and n != "reltrain")  # a submodule's import loads the package
               for module, names in imports.items()}
     assert {m: n for m, n in upward.items() if n} == {}
 
 
+def test_the_import_graph_has_no_circle():
+    """Over every module, not only between layers: strongly connected components of one."""
+    graph = {m: {n for n in names if n != "reltrain"} for m, names in _imports().items()}
+    index, low, stack, on_stack, circles = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    assert circles == []
+
+
+def test_the_model_code_never_imports_the_distributed_package():
+    models = {m: n for m, n in _all_imports().items() if m.startswith("reltrain.models")}
+    assert not any(n.startswith(("torch.distributed", "reltrain.runtime.distributed"))
+                   for names in models.values() for n in names)
+
+
 def test_one_module_is_rank_aware():
-    users = _reaching(_imports(), ("torch.distributed",))
-    assert set(users) == {"reltrain.distributed", "reltrain.launch"}, users
-    assert all(n.startswith("torch.distributed.") for n in users["reltrain.launch"])  # torchrun
+    users = {m: sorted(n for n in names if n.startswith("torch.distributed"))
+             for m, names in _all_imports().items() if any(n.startswith("torch.distributed")
+                                                            for n in names)}
+    assert set(users) == {"reltrain.runtime.distributed", "reltrain.runtime.launch"}, users
+    assert all(n.startswith("torch.distributed.") for n in users["reltrain.runtime.launch"])
 
 
 def test_no_function_over_60_lines_and_no_file_over_400():
@@ -113,5 +155,6 @@ def test_launcher_variables_are_read_only_by_the_distributed_module_and_the_laun
                  and (node.value in LAUNCHER_VARIABLES or node.value.startswith("SLURM_"))}
         if names:
             readers[module] = names
-    assert set(readers) <= {"reltrain.distributed", "reltrain.launch"}, readers
-    assert "RANK" in readers["reltrain.launch"] and "SLURM_PROCID" in readers["reltrain.distributed"]
+    assert set(readers) <= {"reltrain.runtime.distributed", "reltrain.runtime.launch"}, readers
+    assert "RANK" in readers["reltrain.runtime.launch"]
+    assert "SLURM_PROCID" in readers["reltrain.runtime.distributed"]

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from sklearn.metrics import accuracy_score, precision_recall_fscore_support as prfs
 
-from reltrain.training.metrics import compute_metrics
+from reltrain.evaluation.metrics import compute_metrics
 
 LABELS = [f"r{i}" for i in range(6)]
 

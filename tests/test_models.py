@@ -4,9 +4,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from reltrain.config import BiLSTMConfig, CNNConfig, ModelConfig
+from reltrain.config.train import BiLSTMConfig, CNNConfig, ModelConfig
 from reltrain.data.dataset import RelationDataset
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 from reltrain.models import build_model, model_names
 
 from test_dataset import make_split

@@ -10,7 +10,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from reltrain.training import plots
-from reltrain.training.metrics import compute_metrics, display_width, format_report
+from reltrain.evaluation.metrics import compute_metrics, display_width, format_report
 
 ZH = ["导演", "国籍", "所在城市", "none"]
 

@@ -7,10 +7,10 @@ import pytest
 import torch
 
 import reltrain
-from reltrain import precision as P
+from reltrain.runtime import precision as P
 from reltrain.cli import main
 from reltrain.data.readers import read_records
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import data_overrides
 

@@ -4,10 +4,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reltrain.config import load_config
+from reltrain.config.load import load_config
 from reltrain.data.preprocess import prepare
 from reltrain.data.readers import read_records
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import ZH_ROWS, data_overrides, ok, run, run_cli, write_csv
 
@@ -105,7 +105,7 @@ def test_unwritable_cache_is_said_in_the_run_log(tmp_path, small_en):
 
 
 def test_lm_cache_hit_costs_a_hash_and_a_read(tmp_path, monkeypatch, tiny_bert):
-    from reltrain.config import LMConfig
+    from reltrain.config.train import LMConfig
     from reltrain.data import preprocess
 
     path = write_csv(tmp_path / "train.csv", ZH_ROWS)

@@ -3,7 +3,7 @@ import json
 import pytest
 
 from reltrain.data.readers import read_labels, read_records
-from reltrain.errors import DataError, UserError
+from reltrain.runtime.errors import DataError, UserError
 
 from conftest import ZH_ROWS, write_csv
 

@@ -10,8 +10,8 @@ import pytest
 
 from reltrain.cli import main
 from reltrain.data.schema import negative_index
-from reltrain.errors import UserError
-from reltrain.training.metrics import compute_metrics, resolve_select
+from reltrain.runtime.errors import UserError
+from reltrain.evaluation.metrics import compute_metrics, resolve_select
 
 from conftest import cli_error, data_overrides, read_jsonl
 
@@ -284,7 +284,7 @@ def test_answers_carry_the_inputs_id_in_every_format(run, small_en, tmp_path, ca
 
 def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):
     from reltrain.data.readers import read_records
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     tacred = tmp_path / "bad.json"
     tacred.write_text('[\n {"token": ["a", "b"], "subj_start": 0, "subj_end": 0, '
@@ -328,7 +328,7 @@ def test_compare_puts_runs_side_by_side(run, small_en, tmp_path, capsys):
 
 def test_hostile_benchmark_files_and_run_folders_are_one_line(run, tmp_path, capsys):
     from reltrain.data.readers import read_records
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     deep = tmp_path / "deep.json"
     deep.write_text("[" + "[" * 100_000 + "]" * 100_000 + "]")

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from reltrain.checkpoint_format import Checkpoint, load_checkpoint, save_checkpoint
+from reltrain.artifacts.checkpoint_format import Checkpoint, load_checkpoint, save_checkpoint
 from reltrain.cli import main
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import cli_error, data_overrides, run, torchrun as torchrun_n
 
@@ -91,7 +91,7 @@ def test_a_run_without_a_validation_split_resumes_too(small_en, tmp_path, capsys
 
 def test_a_resumed_runs_weights_are_in_the_model_before_it_is_wrapped(small_en, tmp_path, monkeypatch):
     """Build, load, then wrap (DDP starts every rank from the weights it is given)."""
-    from reltrain import distributed as D
+    from reltrain.runtime import distributed as D
 
     out = tmp_path / "run"
     args = ["train", *data_overrides(small_en), *BASE, f"output_dir={out}"]

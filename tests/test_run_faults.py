@@ -177,7 +177,7 @@ def test_an_error_every_rank_agrees_on_is_said_once(small_en, tmp_path):
 
 
 def test_default_run_directories_never_collide(tmp_path, monkeypatch):
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.training.run_dir import new_run_dir
 
     monkeypatch.chdir(tmp_path)
@@ -198,7 +198,7 @@ def test_a_metrics_line_cut_short_by_a_kill_does_not_stop_the_resume(small_en, t
 
 
 def test_ctrl_c_while_the_devices_workers_preprocess(tmp_path):
-    from reltrain.examples import EXAMPLE_DIR
+    from reltrain.data.examples import EXAMPLE_DIR
 
     lines = (EXAMPLE_DIR / "train.jsonl").read_text().splitlines()
     big = tmp_path / "big.jsonl"
@@ -218,8 +218,8 @@ def test_ctrl_c_while_the_devices_workers_preprocess(tmp_path):
 def test_a_signal_while_starting_is_noted_and_stops_the_run_after_the_imports():
     """`reltrain train` imports torch under a StopRequest whose handler only notes the signal:
     raised in the middle of an extension module's import, an exception left numpy half-loaded."""
-    from reltrain.errors import Preempted
-    from reltrain.stops import StopRequest
+    from reltrain.runtime.errors import Preempted
+    from reltrain.runtime.stops import StopRequest
 
     before, reached = signal.getsignal(signal.SIGUSR1), False
     with StopRequest() as stop:

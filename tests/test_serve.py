@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from reltrain.cli import main
 
-from conftest import SCRATCH, WORKER_ENV, data_overrides, read_jsonl, run_cli, user_error
+from conftest import SCRATCH, WORKER_ENV, read_jsonl, run_cli, user_error
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")
@@ -96,15 +95,6 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             raise
-
-
-@pytest.fixture(scope="module")
-def model(small_en, tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("serve")
-    assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-                 "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
-    assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
-    return root / "model"
 
 
 @pytest.fixture(scope="module")

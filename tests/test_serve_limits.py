@@ -18,7 +18,7 @@ import pytest
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed
 
 from conftest import run_cli, user_error
-from test_serve import Server, free_port, model  # noqa: F401  (model: the fixture)
+from test_serve import Server
 
 pytest.importorskip("fastapi")
 pytest.importorskip("uvicorn")

@@ -11,10 +11,10 @@ import sys
 import pytest
 import torch
 
-from reltrain.errors import UserError
-from reltrain.distributed import slurm_launch_env, slurm_tasks
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.distributed import slurm_launch_env, slurm_tasks
 
-from conftest import EXAMPLE_DIR, SCRATCH, WORKER_ENV, ok, run_cli, torchrun, user_error
+from conftest import SCRATCH, WORKER_ENV, ok, run_cli, torchrun, user_error
 
 SRUN = {"SLURM_NTASKS": "4", "SLURM_PROCID": "2", "SLURM_LOCALID": "0", "SLURM_JOB_ID": "7123456",
         "SLURM_JOB_NODELIST": "gpu[03-05,09]", "SLURM_JOB_NAME": "train"}

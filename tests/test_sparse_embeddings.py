@@ -130,8 +130,8 @@ def test_the_schedule_sets_one_learning_rate_for_both():
 
 
 def test_a_bad_setting_is_one_line():
-    from reltrain.config import load_config
-    from reltrain.errors import UserError
+    from reltrain.config.load import load_config
+    from reltrain.runtime.errors import UserError
 
     with pytest.raises(UserError, match="train.sparse_embeddings must be auto, true or false"):
         load_config(None, ["train.sparse_embeddings=sometimes"])

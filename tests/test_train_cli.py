@@ -141,7 +141,7 @@ def test_config_errors_and_help(capsys):
 
 
 def test_yaml_booleans_in_word_options_mean_the_word():
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
 
     cfg = load_config(None, ["train.amp=off", "log.progress=false", "log.tensorboard=true",
                              "train.sparse_embeddings=false"])
@@ -150,7 +150,7 @@ def test_yaml_booleans_in_word_options_mean_the_word():
 
 
 def test_shipped_configs_load(tmp_path):
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
 
     root = Path(__file__).resolve().parents[1]
     for path in sorted((root / "configs").glob("*.yaml")):
@@ -241,8 +241,8 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
 
     from transformers.utils import logging as hf_logging
 
-    from reltrain.config import load_config
-    from reltrain.train_cmd import run_train
+    from reltrain.config.load import load_config
+    from reltrain.commands.train import run_train
 
     logger = logging.getLogger("reltrain")
     before = (list(logger.handlers), logger.propagate, logger.level)
@@ -261,7 +261,7 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
 def test_every_key_the_docs_name_exists():
     import re
 
-    from reltrain.config import describe_options
+    from reltrain.config.train import describe_options
 
     keys = {line.split()[0] for line in describe_options().splitlines()}
     sections = {k.split(".")[0] for k in keys if "." in k}
@@ -274,7 +274,7 @@ def test_every_key_the_docs_name_exists():
 
 
 def test_an_empty_value_is_an_empty_string():
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
 
     cfg = load_config(None, ["output_dir=", "data.cache_dir="])
     assert cfg.output_dir == "" and cfg.data.cache_dir == ""
@@ -282,8 +282,8 @@ def test_an_empty_value_is_an_empty_string():
 
 def test_workers_start_only_for_more_than_one_chunk(trained, small_en, tmp_path, monkeypatch):
     """A helper loads the model in a fresh process (seconds): one chunk is predicted here."""
-    from reltrain import children
-    from reltrain.predict import run_predict
+    from reltrain.runtime import children
+    from reltrain.commands.predict import run_predict
 
     started = []
     real = children.Child.__init__
@@ -299,7 +299,7 @@ def test_helpers_that_only_tokenize_give_the_same_lines(trained, small_en, tmp_p
     """On a GPU the helpers tokenize and this process runs the model (``pool.mode``: encode):
     that path, taken here on a CPU."""
     from reltrain.inference import pool
-    from reltrain.predict import run_predict
+    from reltrain.commands.predict import run_predict
 
     ckpt, whole, parts = str(trained / "checkpoints/best.pt"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
     assert run_predict(ckpt, small_en["test"], output=str(whole), workers=1) == 80
@@ -311,7 +311,7 @@ def test_helpers_that_only_tokenize_give_the_same_lines(trained, small_en, tmp_p
 
 
 def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained, small_en, tmp_path):
-    from reltrain.predict import run_predict
+    from reltrain.commands.predict import run_predict
 
     lines = Path(small_en["test"]).read_text().splitlines()[:30]
     lines[4] = '{"text": "broken"'
@@ -338,8 +338,8 @@ def test_a_failed_predict_leaves_the_output_file_as_it_was(trained, small_en, tm
     data.write_text("\n".join(lines) + "\n")
     out = tmp_path / "out.jsonl"
     out.write_text("earlier results\n")
-    from reltrain.predict import run_predict
-    from reltrain.errors import DataError
+    from reltrain.commands.predict import run_predict
+    from reltrain.runtime.errors import DataError
 
     with pytest.raises(DataError, match="bad_late.jsonl:16"):
         run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), chunk_rows=10)
@@ -348,7 +348,7 @@ def test_a_failed_predict_leaves_the_output_file_as_it_was(trained, small_en, tm
 
 
 def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
-    from reltrain.predict import run_predict
+    from reltrain.commands.predict import run_predict
 
     text = "Alice Moreau was born in Dunmore , not in Corrin ."
     entities = [{"name": "Alice Moreau", "pos": [0, 12]}, {"name": "Dunmore", "pos": [25, 32]},

@@ -14,7 +14,7 @@ import yaml
 
 import reltrain
 from reltrain.cli import main
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 from conftest import cli_error, data_overrides, run_cli, user_error
 
@@ -179,7 +179,7 @@ def test_a_run_never_writes_through_a_link_or_into_a_foreign_folder(small_en, tm
 def test_a_shared_cache_entry_of_another_user_is_not_reused(tmp_path, caplog):
     import os
 
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.data.preprocess import prepare
 
     from conftest import ZH_ROWS, write_csv
@@ -259,7 +259,7 @@ def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
 
 
 def test_the_python_api_takes_the_config_object_and_checks_it(small_en, tmp_path):
-    from reltrain.config import CNNConfig, Config, DataConfig, LogConfig, ModelConfig, TrainConfig
+    from reltrain.config.train import (CNNConfig, Config, DataConfig, LogConfig, ModelConfig, TrainConfig)
 
     cfg = Config(data=DataConfig(**small_en), model=ModelConfig(cnn=CNNConfig(num_filters=8)),
                  train=TrainConfig(epochs=0), log=LogConfig(progress="false", plots=False),
@@ -292,7 +292,7 @@ def test_text_the_model_cannot_read_is_warned_about(checkpoint, tmp_path, caplog
 
 WATCHDOG = """
 import sys, time
-from reltrain import stops
+from reltrain.runtime import stops
 stops.GRACE_S = 1.0
 stop = stops.StopRequest().install()
 print("ready", flush=True)
@@ -372,7 +372,7 @@ def test_a_long_confusion_title_stays_inside_the_picture(tmp_path, monkeypatch):
 def test_loading_a_pretrained_encoder_prints_nothing_of_transformers(tiny_bert, capfd):
     from transformers import AutoTokenizer
 
-    from reltrain.config import load_config
+    from reltrain.config.load import load_config
     from reltrain.models import build_model
 
     cfg = load_config(None, ["model.name=lm", f"model.lm.pretrained={tiny_bert}"])

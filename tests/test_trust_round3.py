@@ -10,9 +10,9 @@ import pytest
 import reltrain
 from reltrain.cli import main
 from reltrain.data.readers import read_records
-from reltrain.errors import DataError, UserError
+from reltrain.runtime.errors import DataError, UserError
 
-from conftest import cli_error, data_overrides, encoder_args, read_jsonl
+from conftest import cli_error, data_overrides, encoder_args
 
 # Oniguruma gives up on this pattern over a long run of "a" (its retry limit), and the
 # tokenizers crate turns that error into a Rust panic: pyo3's PanicException, a BaseException.
@@ -137,7 +137,7 @@ def test_a_bad_encoding_name_or_a_folder_for_a_file_is_one_line(tmp_path, small_
 
 
 def test_compare_lines_up_chinese_relation_names_by_display_width(tmp_path, capsys):
-    from reltrain.training.metrics import display_width
+    from reltrain.evaluation.metrics import display_width
 
     runs = []
     for name, f1 in (("a", 0.5), ("b", 0.75)):

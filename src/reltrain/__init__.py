@@ -3,9 +3,11 @@ Importing the package has no side effects: logging, jieba and the trainer load l
 
 from __future__ import annotations
 
+from reltrain.runtime.errors import UserError
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "load", "train"]
+__all__ = ["__version__", "UserError", "load", "train"]
 
 
 def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
@@ -20,17 +22,18 @@ def train(config=None, overrides=None) -> dict:
     """Train a model in this process and return its summary (what ``summary.json`` holds).
 
     ``config``: a YAML/JSON file, a mapping of sections (``{"data": {"train": "t.csv"}}``) or a
-    ``reltrain.config.Config``, which is checked as the others are; ``overrides``:
+    ``reltrain.config.train.Config``, which is checked as the others are; ``overrides``:
     ``{"train.epochs": 5}`` or ``["train.epochs=5"]``, applied after it. The keys are those of
-    ``reltrain train --help``; a bad one raises ``reltrain.errors.UserError`` with the message the
-    command line prints. Several processes: ``torchrun ... -m reltrain train``.
+    ``reltrain train --help``; a bad one raises ``reltrain.UserError`` with the
+    message the command line prints. Several processes: ``torchrun ... -m reltrain train``.
     """
     import json
 
-    from reltrain.config import Config, dotted, load_config, to_dict
-    from reltrain.distributed import launched
-    from reltrain.errors import UserError
-    from reltrain.train_cmd import run_train
+    from reltrain.commands.train import run_train
+    from reltrain.config.load import load_config
+    from reltrain.config.train import Config, dotted, to_dict
+    from reltrain.runtime.distributed import launched
+    from reltrain.runtime.errors import UserError
 
     def items_of(mapping: dict) -> list[str]:  # JSON is YAML: each value reads back the same
         return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in dotted(mapping).items()]

@@ -7,13 +7,13 @@ import os
 import sys
 from contextlib import contextmanager
 
-from reltrain.compare_cmd import CompareOptions
-from reltrain.errors import Preempted, UserError
-from reltrain.inspect_cmd import InspectOptions
-from reltrain.launch import adopt_local_rank_flag, first_rank
-from reltrain.options import (EvaluateOptions, ExportOptions, PredictOptions, ServeOptions,
+from reltrain.commands.compare import CompareOptions
+from reltrain.runtime.errors import Preempted, UserError
+from reltrain.commands.inspect import InspectOptions
+from reltrain.runtime.launch import adopt_local_rank_flag, first_rank
+from reltrain.config.commands import (EvaluateOptions, ExportOptions, PredictOptions, ServeOptions,
                               add_to, from_args)
-from reltrain.report_cmd import ReportOptions
+from reltrain.commands.report import ReportOptions
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -29,7 +29,7 @@ examples:
 
 def _parser() -> argparse.ArgumentParser:
     from reltrain import __version__
-    from reltrain.config import describe_options
+    from reltrain.config.train import describe_options
 
     parser = argparse.ArgumentParser(prog="reltrain", description="Train and use relation-extraction models.")
     parser.add_argument("--version", action="version", version=f"reltrain {__version__}")
@@ -52,21 +52,21 @@ def _parser() -> argparse.ArgumentParser:
 _COMMANDS = (  # name, options, help, description, the function that runs it
     ("inspect", InspectOptions, "check data before training: repeated rows, test sentences also "
                                 "in train, untrained relations, balance", None,
-     "reltrain.inspect_cmd:run_inspect"),
+     "reltrain.commands.inspect:run_inspect"),
     ("report", ReportOptions, "one offline HTML page of runs: figures, curves, F1 per relation, "
                               "confusion matrix, misclassified rows", None,
-     "reltrain.report_cmd:run_report"),
+     "reltrain.commands.report:run_report"),
     ("compare", CompareOptions, "finished runs side by side: test figures, F1 per relation, the "
-                                "options that differ", None, "reltrain.compare_cmd:run_compare"),
+                                "options that differ", None, "reltrain.commands.compare:run_compare"),
     ("evaluate", EvaluateOptions, "metrics of a checkpoint on a labelled file (JSON)", None,
-     "reltrain.evaluate:run_evaluate"),
+     "reltrain.commands.evaluate:run_evaluate"),
     ("predict", PredictOptions, "label a file or one sentence (JSON lines)", None, None),
     ("export", ExportOptions, "write a shareable model folder (safetensors + JSON + card)",
      "Write CHECKPOINT as a folder: model.safetensors, config.json (id2label), the vocabulary "
-     "or tokenizer files, README.md.", "reltrain.inference.export:run_export"),
+     "or tokenizer files, README.md.", "reltrain.commands.export:run_export"),
     ("serve", ServeOptions, "an HTTP JSON API with micro-batching (needs reltrain[serve])",
      "POST /predict (one example or a list), GET /health, GET /model. Concurrent requests are "
-     "predicted in shared batches.", "reltrain.inference.server:serve"),
+     "predicted in shared batches.", "reltrain.commands.serve:run_serve"),
 )
 
 
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.argv = argv
-    from reltrain.logs import setup_console_logging
+    from reltrain.runtime.logs import setup_console_logging
 
     setup_console_logging(first_rank())
     try:
@@ -114,7 +114,7 @@ def _resume_hint(args, exc: Preempted) -> str:
 
     overrides = [o for o in args.overrides if not o.startswith("output_dir=")]
     devices = [o for o in overrides if o.startswith("devices=")]
-    from reltrain.distributed import launched
+    from reltrain.runtime.distributed import launched
 
     if launched() and not devices:
         return f"; to resume, run the same launch command with output_dir={exc.run_dir}"
@@ -127,7 +127,7 @@ def _resume_hint(args, exc: Preempted) -> str:
 def _starting():
     """Imports and set-up while a stop signal is only noted: raised inside an extension module's
     import, the exception left numpy half-loaded (an ImportError in a torchrun worker)."""
-    from reltrain.stops import StopRequest
+    from reltrain.runtime.stops import StopRequest
 
     with StopRequest() as stop:
         yield
@@ -138,11 +138,11 @@ def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
         adopt_local_rank_flag(args.local_rank)
         with _starting():
-            from reltrain.config import load_config
-            from reltrain.distributed import launched
-            from reltrain.launch import run_local_workers
-            from reltrain.preprocess_cmd import run_preprocess
-            from reltrain.train_cmd import run_train
+            from reltrain.config.load import load_config
+            from reltrain.runtime.distributed import launched
+            from reltrain.runtime.launch import run_local_workers
+            from reltrain.commands.preprocess import run_preprocess
+            from reltrain.commands.train import run_train
             from reltrain.training.run_dir import new_run_dir
 
             cfg = load_config(args.config, args.overrides)
@@ -165,10 +165,10 @@ def _dispatch(args) -> int:
     else:
         options = from_args(PredictOptions, args)
         with _starting():
-            from reltrain.predict import run_predict
+            from reltrain.commands.predict import run_predict
         if options.devices > 1:  # distributed imports torch, which run_predict's helpers also do
-            from reltrain.distributed import launched
-            from reltrain.launch import run_local_workers
+            from reltrain.runtime.distributed import launched
+            from reltrain.runtime.launch import run_local_workers
 
             if not launched():
                 return run_local_workers(options.devices, args.argv)  # the workers see the launcher

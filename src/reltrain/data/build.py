@@ -14,10 +14,10 @@ from pathlib import Path
 
 import numpy as np
 
-from reltrain import children
+from reltrain.runtime import children
 from reltrain.data.readers import iter_rows, parse_row
 from reltrain.data.vocab import PAD, UNK, Vocab
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 CHUNK_ROWS = 4096  # rows a worker takes at a time: its first chunk also holds the sample checked
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 
 from reltrain.data.schema import Entity, Record
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 _TAG = re.compile(r"</?e[12]>")
 NUMBERED = re.compile(r'^\s*(\d+)\t"?(.*?)"?\s*$')  # SemEval: 8001<TAB>"The <e1>...</e1> ..."

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, truncate
-from reltrain.errors import UserError, first_line
+from reltrain.runtime.errors import UserError, first_line
 
 
 # What a guarded tokenizer call lets through: the user's own interrupt and the interpreter's exit.

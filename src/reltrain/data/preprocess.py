@@ -8,20 +8,20 @@ import json
 import logging
 import os
 import shutil
-import stat
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
-from reltrain import children
+from reltrain.runtime import children
 from reltrain.data.build import Spec
+from reltrain.data.private import default_cache_dir, owned_privately
 from reltrain.data.readers import iter_records, read_labels
 from reltrain.data.split import Split
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError, UserError, first_line
+from reltrain.runtime.errors import DataError, UserError, first_line
 
 log = logging.getLogger(__name__)
 
@@ -66,11 +66,6 @@ def _hash_file(digest, path) -> None:
                 digest.update(chunk)
     except OSError as exc:
         raise UserError(f"{path}: cannot read: {exc.strerror or exc}") from None
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "reltrain"
 
 
 def _tokenizer_id(data_cfg, lm) -> str:
@@ -158,7 +153,8 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: in
     kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
     given = read_labels(data_cfg.labels, data_cfg.encoding) if data_cfg.labels else None
     labels, vocab, meta = build.write_splits(
-        files, folder, spec, given, workers, progress, check_texts=lambda texts: _check_script(data_cfg, texts, kind),
+        files, folder, spec, given, workers, progress,
+        check_texts=lambda texts: _check_script(data_cfg, texts, kind),
         check_relations=lambda relations: _check_relations(data_cfg, relations))
     if vocab is not None:
         (folder / "vocab.json").write_text(json.dumps(vocab.tokens, ensure_ascii=False))
@@ -171,21 +167,6 @@ def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: in
 def _no_cache(path: Path, reason) -> None:
     log.warning("cannot write the preprocessing cache under %s (%s): continuing without a cache "
                 "(set data.cache_dir to a writable folder)", path.parent, reason)
-
-
-def owned_privately(path: Path) -> bool:
-    """``path`` and what it holds are this user's, not links, and not writable by everyone: only
-    then is a cache entry in a shared folder what this user's own run wrote."""
-    if not hasattr(os, "getuid"):
-        return True
-    try:
-        entries = [path] + [os.path.join(top, name) for top, dirs, files in os.walk(path)
-                            for name in dirs + files]
-        infos = [os.lstat(p) for p in entries]
-    except OSError:
-        return False
-    return all(i.st_uid == os.getuid() and not i.st_mode & stat.S_IWOTH and not stat.S_ISLNK(i.st_mode)
-               for i in infos)
 
 
 def _built_in_child(data_cfg, path: Path, *options, cache: bool = True,

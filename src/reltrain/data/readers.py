@@ -17,7 +17,7 @@ from reltrain.data import formats
 from reltrain.data.rows import (DIGITS, MAX_INT_DIGITS, entity_at, json_record, offset_value,
                                 parse_json, record_of, relation_name, row_id)
 from reltrain.data.schema import EntitySentence, Record, label_name_problem
-from reltrain.errors import DataError, UserError
+from reltrain.runtime.errors import DataError, UserError
 
 CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
 

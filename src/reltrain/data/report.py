@@ -10,7 +10,7 @@ import numpy as np
 
 from reltrain.data.readers import iter_rows
 from reltrain.data.schema import negative_index
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 
 BAD_ROWS_NAMED = 3  # bad rows named per file; the count covers all of them

@@ -11,7 +11,7 @@ from functools import partial
 
 from reltrain.data import formats
 from reltrain.data.schema import Entity, EntitySentence, Record, label_name_problem
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 # Offsets and indices: digits only (str.isdigit() also takes "²"), and at most 18 of them, so
 # that int() never meets a number past its 4,300-digit limit.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import unicodedata
 from dataclasses import dataclass
 
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 
 # The names data sets give their "no relation" class (TACRED, SemEval, DeepKE, NYT, Chinese sets),

@@ -40,7 +40,7 @@ def _private_folder() -> str:
     where that cannot be had (it is then rebuilt at each start, a second)."""
     import tempfile
 
-    from reltrain.data.preprocess import default_cache_dir, owned_privately
+    from reltrain.data.private import default_cache_dir, owned_privately
 
     folder = default_cache_dir() / "jieba"
     try:

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from reltrain.data.vocab import Vocab
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -71,4 +71,5 @@ def _read_binary(path: Path, dim: int):
 def _check_dim(path: Path, line: int, found: int, dim: int) -> None:
     if found != dim:
         raise DataError(str(path), line, None,
-                        f"vectors have {found} dimensions but model.word_dim is {dim}; set model.word_dim={found}")
+                        f"vectors have {found} dimensions but model.word_dim is {dim}; set "
+                        f"model.word_dim={found}")

@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
-from reltrain.errors import UserError, first_line
+from reltrain.runtime.errors import UserError, first_line
 
 log = logging.getLogger("reltrain.serve")
 

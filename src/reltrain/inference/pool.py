@@ -9,7 +9,7 @@ import gc
 import importlib
 from contextlib import contextmanager
 
-from reltrain import children
+from reltrain.runtime import children
 
 
 def start(workers: int) -> children.Pool:

@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain.artifacts import (Artifact, build_checked_model, is_exported, load_artifact,
+from reltrain.artifacts.model_folder import (Artifact, build_checked_model, is_exported, load_artifact,
                                 model_source)
-from reltrain.config import RUNTIMES, Config
+from reltrain.config.train import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.split import Split, encode_records
 from reltrain.data.schema import EntitySentence, Record
-from reltrain.errors import UserError
-from reltrain.precision import FP32, Precision
-from reltrain.precision import resolve as resolve_precision
-from reltrain.scoring import predict_probs
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.precision import FP32, Precision
+from reltrain.runtime.precision import resolve as resolve_precision
+from reltrain.evaluation.scoring import predict_probs
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +148,7 @@ class Predictor:
         optional ``head_offset`` / ``tail_offset``. A bad row is a ``ValueError`` naming it:
         ``rows[3].h.pos: ...``."""
         from reltrain.data.rows import example
-        from reltrain.errors import DataError
+        from reltrain.runtime.errors import DataError
 
         items = []
         for i, row in enumerate(rows):
@@ -180,7 +180,7 @@ class Predictor:
 
 
 def _device(device: str | torch.device) -> torch.device:
-    from reltrain.distributed import resolve_device
+    from reltrain.runtime.distributed import resolve_device
 
     return device if isinstance(device, torch.device) else resolve_device(device)
 
@@ -190,7 +190,8 @@ def _onnx_model(path: Path, exported: bool, device: torch.device):
 
     if not exported or not (path / ONNX_FILE).is_file():
         raise UserError(f"--runtime onnx needs a folder with {ONNX_FILE}: reltrain export "
-                        f"CHECKPOINT OUT_DIR --format onnx" + ("" if exported else f" ({path} is a checkpoint)"))
+                        f"CHECKPOINT OUT_DIR --format onnx"
+                        + ("" if exported else f" ({path} is a checkpoint)"))
     model = OnnxModel(path / ONNX_FILE, device)
     model.check()
     return model
@@ -231,7 +232,7 @@ def write_predictions(path: str, records: list[Record], probs: np.ndarray, label
     ``test_predictions.jsonl``, ``reltrain evaluate --predictions``)."""
     import json
 
-    from reltrain.output import atomic_file
+    from reltrain.runtime.output import atomic_file
 
     with atomic_file(path) as f:
         for row in result_rows(records, probs, labels, top_k):
@@ -260,7 +261,7 @@ def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
     first occurrence is used. Errors name the arguments as Python spells them, or with ``cli`` as
     the flags."""
     from reltrain.data.rows import pair_record
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     row = {"text": text, "head": head, "tail": tail, "head_offset": head_offset,
            "tail_offset": tail_offset}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reltrain.data.rows import MAX_INT_DIGITS
-from reltrain.errors import DataError
+from reltrain.runtime.errors import DataError
 
 # The keys of each request shape; any other is refused by name (a typo such as tail_ofset
 # would otherwise be ignored and the default used).

@@ -3,39 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch.nn as nn
 
-from reltrain.errors import UserError
+from reltrain.models.registry import build_model, check_model_name, model_names, register_model
 
-_REGISTRY: dict[str, Callable[..., nn.Module]] = {}
-
-
-def register_model(name: str):
-    """Decorator: ``@register_model("cnn")`` on a builder
-    ``(model_cfg, vocab_size, num_labels, pos_limit, **extra)``."""
-    def add(builder):
-        if name in _REGISTRY:
-            raise ValueError(f"model '{name}' registered twice")
-        _REGISTRY[name] = builder
-        return builder
-    return add
-
-
-def model_names() -> list[str]:
-    return sorted(_REGISTRY)
-
-
-def check_model_name(name: str) -> None:
-    if name not in _REGISTRY:
-        raise UserError(f"unknown model.name '{name}'; choose one of {', '.join(model_names())}")
-
-
-def build_model(model_cfg, vocab_size: int, num_labels: int, pos_limit: int, **extra) -> nn.Module:
-    """``extra`` carries what only some encoders need (the LM's saved config, say)."""
-    check_model_name(model_cfg.name)
-    return _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit, **extra)
+__all__ = ["build_model", "check_model_name", "model_names", "register_model", "model_hf_config"]
 
 
 def model_hf_config(model: nn.Module) -> dict | None:

@@ -9,7 +9,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from reltrain.models import register_model
+from reltrain.models.registry import register_model
 from reltrain.models.dropout import ExampleDropout
 from reltrain.models.layers import ACTIVATIONS, Embeddings, masked_max
 

@@ -8,7 +8,7 @@ from contextlib import contextmanager
 import torch
 import torch.nn as nn
 
-from reltrain.models import register_model
+from reltrain.models.registry import register_model
 from reltrain.models.dropout import ExampleDropout
 
 

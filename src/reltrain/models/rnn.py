@@ -7,7 +7,7 @@ import torch
 import torch.nn as nn
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 
-from reltrain.models import register_model
+from reltrain.models.registry import register_model
 from reltrain.models.dropout import ExampleDropout
 from reltrain.models.layers import Embeddings, masked_max
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 
-from reltrain.models import register_model
+from reltrain.models.registry import register_model
 from reltrain.models.dropout import ExampleDropout
 from reltrain.models.layers import Embeddings, masked_max, sinusoidal_positions
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,8 @@ class MetricsLog(Callback):
         self.path = path
 
     def on_epoch_end(self, record):
-        from reltrain.errors import UserError
-        from reltrain.output import open_append
+        from reltrain.runtime.errors import UserError
+        from reltrain.runtime.output import open_append
 
         try:
             with open_append(self.path) as f:
@@ -81,7 +81,7 @@ class CurvePlots(Callback):
             self.child.close()
 
     def _draw(self):
-        from reltrain.children import Child
+        from reltrain.runtime.children import Child
 
         self.last, self.drawn = time.monotonic(), len(self.history)
         self._wait()  # one drawing at a time
@@ -89,7 +89,7 @@ class CurvePlots(Callback):
         self.child.send(draw_curves, list(self.history), self.directory)
 
     def _wait(self):
-        from reltrain.children import ChildFailed
+        from reltrain.runtime.children import ChildFailed
 
         try:
             if self.child is not None and self.child.pending:
@@ -140,7 +140,7 @@ def build_callbacks(run_dir: Path, cfg, select: str, history: list[dict]) -> lis
     if cfg.log.tensorboard != "false" and importlib.util.find_spec("tensorboard") is not None:
         callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
     elif cfg.log.tensorboard == "true":
-        from reltrain.errors import UserError
+        from reltrain.runtime.errors import UserError
 
         raise UserError("log.tensorboard=true but tensorboard is not installed: "
                         "pip install 'reltrain[tensorboard]'")

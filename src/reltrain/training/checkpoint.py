@@ -1,5 +1,5 @@
 """Saving a run's training state to checkpoints and restoring it, part for part; the file's
-format is ``reltrain.checkpoint_format``'s."""
+format is ``reltrain.artifacts.checkpoint_format``'s."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain.checkpoint_format import (Checkpoint, EpochProgress, TrainState, atomic_write,
+from reltrain.artifacts.checkpoint_format import (Checkpoint, EpochProgress, TrainState, atomic_write,
                                         rank_state, save_checkpoint)
-from reltrain.errors import UserError, first_line
+from reltrain.runtime.errors import UserError, first_line
 
 
 class Checkpointer:
@@ -35,7 +35,7 @@ class Checkpointer:
         rank_states = self.ctx.all_gather_objects(rank_state(progress))
         if not self.ctx.is_main:
             return
-        from reltrain import distributed as D
+        from reltrain.runtime import distributed as D
 
         ck = Checkpoint(**self.static, model=D.unwrap(self.model).state_dict(),
                         optimizer=self.optimizer.state_dict(),
@@ -78,7 +78,7 @@ class Checkpointer:
 def load_model_weights(model, ck: Checkpoint, where: str) -> None:
     """A resumed run's weights into the model before DDP wraps it: wrapping then starts every
     rank from them, and nothing is loaded into a wrapper."""
-    from reltrain.artifacts import strip_wrapper_prefixes
+    from reltrain.artifacts.model_folder import strip_wrapper_prefixes
 
     _load_part(model, strip_wrapper_prefixes(ck.model), "model state", where)
 

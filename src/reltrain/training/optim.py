@@ -8,7 +8,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 
 class Optimizers:
@@ -114,7 +114,7 @@ def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn
     Adam touches every row of the embedding at every step, used or not, so a step's cost grows
     with the vocabulary; SparseAdam updates the rows the step used. NCCL has no sparse all-reduce,
     so ``auto`` keeps GPUs dense: one GPU and many then train alike."""
-    from reltrain.distributed import unwrap
+    from reltrain.runtime.distributed import unwrap
 
     word = getattr(getattr(unwrap(model), "embed", None), "word", None)
     if setting == "false":

@@ -7,11 +7,11 @@ import logging
 from pathlib import Path
 from typing import NamedTuple
 
-from reltrain import distributed as D
-from reltrain.artifacts import Artifact, strip_wrapper_prefixes
-from reltrain.checkpoint_format import Checkpoint, RunIdentity, TrainState, load_checkpoint
-from reltrain.config import Config, dotted, to_dict
-from reltrain.errors import UserError
+from reltrain.runtime import distributed as D
+from reltrain.artifacts.model_folder import Artifact, strip_wrapper_prefixes
+from reltrain.artifacts.checkpoint_format import Checkpoint, RunIdentity, TrainState, load_checkpoint
+from reltrain.config.train import Config, dotted, to_dict
+from reltrain.runtime.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.optim import linear_schedule
 

@@ -9,9 +9,9 @@ import socket
 import time
 from pathlib import Path
 
-from reltrain.errors import UserError
-from reltrain.output import write_output
-from reltrain import distributed as D
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.output import write_output
+from reltrain.runtime import distributed as D
 
 log = logging.getLogger(__name__)
 

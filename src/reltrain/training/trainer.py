@@ -10,14 +10,14 @@ import time
 import torch
 import torch.nn as nn
 
-from reltrain.checkpoint_format import EpochProgress, TrainState
-from reltrain.config import METRICS
-from reltrain.errors import Preempted, SharedUserError
+from reltrain.artifacts.checkpoint_format import EpochProgress, TrainState
+from reltrain.config.train import METRICS
+from reltrain.runtime.errors import Preempted, SharedUserError
 from reltrain.models.dropout import example_noise_seeds
-from reltrain.precision import FP32
-from reltrain import distributed as D
-from reltrain.training.evaluation import evaluate
-from reltrain.training.metrics import better
+from reltrain.runtime.precision import FP32
+from reltrain.runtime import distributed as D
+from reltrain.evaluation.evaluate import evaluate
+from reltrain.evaluation.metrics import better
 from reltrain.training.optim import clip_gradients
 
 log = logging.getLogger(__name__)
@@ -36,7 +36,7 @@ class Trainer:
         self.callbacks, self.progress = list(callbacks), progress
         self.every_steps, self.stop = every_steps, stop
         self.ctx = ctx
-        self.select, self.negative = select, negative  # resolved: training/metrics.py
+        self.select, self.negative = select, negative  # resolved: evaluation/metrics.py
         self.partial = EpochProgress()
         self._vote_every = 1 if self.ctx.world_size == 1 else 8
 

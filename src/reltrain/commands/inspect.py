@@ -6,9 +6,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from reltrain.config_checks import check_encoding, check_file
-from reltrain.errors import UserError
-from reltrain.options import ENCODING_HELP, opt
+from reltrain.config.checks import check_encoding, check_file
+from reltrain.runtime.errors import UserError
+from reltrain.config.commands import ENCODING_HELP, opt
 
 
 @dataclass

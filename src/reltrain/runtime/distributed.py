@@ -15,8 +15,8 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 
-from reltrain.config_checks import check_device_name
-from reltrain.errors import SharedUserError, UserError
+from reltrain.runtime.devices import check_device_name
+from reltrain.runtime.errors import SharedUserError, UserError
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ def run_log(path: Path | None):
     if path is None:
         yield
         return
-    from reltrain.output import open_append
+    from reltrain.runtime.output import open_append
 
     logger = logging.getLogger(_LOGGER)
     handler = logging.StreamHandler(open_append(path))

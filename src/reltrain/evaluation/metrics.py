@@ -7,7 +7,7 @@ import unicodedata
 
 import numpy as np
 
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 
 

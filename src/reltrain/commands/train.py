@@ -13,29 +13,29 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from reltrain import children
-from reltrain.checkpoint_format import RunIdentity, TrainState
-from reltrain.config import Config, to_dict
+from reltrain.runtime import children
+from reltrain.artifacts.checkpoint_format import RunIdentity, TrainState
+from reltrain.config.train import Config, to_dict
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import PREPROCESSING, Prepared, prepare_run, token_identity
 from reltrain.data.readers import read_records
 from reltrain.data.report import report_lines
 from reltrain.inference.predictor import write_predictions
-from reltrain.errors import Preempted, UserError
-from reltrain.examples import use_example_data
-from reltrain.launch import local_processes
-from reltrain.logs import progress_enabled, run_log
+from reltrain.runtime.errors import Preempted, UserError
+from reltrain.data.examples import use_example_data
+from reltrain.runtime.launch import local_processes
+from reltrain.runtime.logs import progress_enabled, run_log
 from reltrain.models import build_model, model_hf_config
-from reltrain.output import write_output
-from reltrain.stops import StopRequest
-from reltrain import distributed as D
+from reltrain.runtime.output import write_output
+from reltrain.runtime.stops import StopRequest
+from reltrain.runtime import distributed as D
 from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, load_model_weights, seed_everything
-from reltrain.training.evaluation import evaluate
+from reltrain.evaluation.evaluate import evaluate
 from reltrain.data.schema import negative_index
-from reltrain.training.metrics import confusion, format_report, headline, resolve_select
-from reltrain.precision import resolve as resolve_precision
+from reltrain.evaluation.metrics import confusion, format_report, headline, resolve_select
+from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.training.optim import Schedule, build_loss, build_optimizer, sparse_embedding
 from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (Resumed, describe_resume, find_resume, load_best_weights,

@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from reltrain.errors import UserError
-from reltrain.options import opt
+from reltrain.runtime.errors import UserError
+from reltrain.config.commands import opt
 
 MAX_FILE = 64 << 20  # a summary of 10^5 relations is a few MB
 FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", "pos. P"),
@@ -48,8 +48,8 @@ def read_json(path: Path) -> dict:
 
 
 def run_config(run: Path) -> dict:
-    from reltrain.config import dotted
-    from reltrain.config_files import read_config_file
+    from reltrain.config.train import dotted
+    from reltrain.config.files import read_config_file
 
     path = run / "config.yaml"
     return dotted(read_config_file(str(path))) if path.is_file() else {}
@@ -87,7 +87,7 @@ def compare_runs(runs: list[str]) -> dict:
 
 def run_compare(options: CompareOptions) -> dict:
     """Print the comparison (a table, or JSON) and return it."""
-    from reltrain.training.metrics import display_width, pad
+    from reltrain.evaluation.metrics import display_width, pad
 
     result = compare_runs(options.runs)
     if options.as_json:

@@ -38,7 +38,7 @@ class Child:
     def __init__(self, setup: Callable | None = None, *args):
         read, write = os.pipe()
         try:
-            self.proc = subprocess.Popen([sys.executable, "-m", "reltrain.children", str(write)],
+            self.proc = subprocess.Popen([sys.executable, "-m", "reltrain.runtime.children", str(write)],
                                          stdin=subprocess.PIPE, stdout=2, pass_fds=(write,),
                                          start_new_session=True)  # stdout may be predictions
         except BaseException:
@@ -301,8 +301,8 @@ def _read_calls(stream, calls) -> None:
 
 
 if __name__ == "__main__":
-    try:  # as reltrain.children, the module the calls import, not a second copy named __main__
-        from reltrain.children import _serve as serve
+    try:  # as reltrain.runtime.children, the module the calls import, not a second copy named __main__
+        from reltrain.runtime.children import _serve as serve
 
         serve(int(sys.argv[1]))
     except BaseException:  # the parent is gone (a broken pipe), or a bug: said, then gone

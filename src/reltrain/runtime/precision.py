@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-from reltrain.config import AMP_SETTINGS as SETTINGS
-from reltrain.errors import UserError
+from reltrain.runtime.devices import AMP_SETTINGS as SETTINGS
+from reltrain.runtime.errors import UserError
 
 NATIVE_CPU = "this CPU multiplies bf16 in hardware (AVX512-BF16 or AMX)"
 NO_BF16_CPU = "this CPU has no bf16 arithmetic (no AVX512-BF16 or AMX)"

@@ -8,7 +8,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from reltrain.errors import UserError
+from reltrain.runtime.errors import UserError
 
 
 def check_output(output: str | None, inputs: tuple[str | None, ...]) -> None:

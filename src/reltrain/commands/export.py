@@ -1,6 +1,6 @@
 """``reltrain export``: a trained model as a shareable folder in the Hugging Face habit
 (model.safetensors, config.json, vocab.json or tokenizer files, a README.md model card; no
-pickle). ``reltrain.artifacts`` reads it back, so whatever loads a checkpoint takes it too."""
+pickle). ``reltrain.artifacts.model_folder`` reads it back, so whatever loads a checkpoint takes it too."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ import re
 import shutil
 from pathlib import Path
 
-from reltrain.artifacts import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
+from reltrain.artifacts.model_folder import (CONFIG, EXPORT_FORMAT, EXPORT_VERSION, VOCAB, WEIGHTS, Artifact,
                                 is_exported, load_artifact, model_source)
-from reltrain.checkpoint_format import metric_values
-from reltrain.options import ExportOptions
-from reltrain.errors import UserError
+from reltrain.artifacts.checkpoint_format import metric_values
+from reltrain.config.commands import ExportOptions
+from reltrain.runtime.errors import UserError
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,7 @@ def _run_summary(checkpoint: Path) -> dict:
 
 
 def _config_json(artifact: Artifact, test: dict | None, summary: dict, version: str) -> dict:
-    from reltrain.config import to_dict
+    from reltrain.config.train import to_dict
 
     cfg, labels, data = to_dict(artifact.config), artifact.labels, artifact.config.data
     lm = artifact.lm
@@ -214,7 +214,8 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
     best = config["metrics"]["best"] or {}
     labels = [markdown_text(name) for name in config["label2id"]]
     header = _card_metadata(config, out, test)
-    rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | {d['rows'] if d['rows'] is not None else '?'} |"
+    rows = [f"| {split} | {markdown_text(d['file']) if d['file'] else '-'} | "
+            f"{d['rows'] if d['rows'] is not None else '?'} |"
             for split, d in config["training_data"].items()]
     scores = _card_scores(test, config["metrics"].get("negative_label"))
     chosen = (f"The checkpoint of epoch {best['epoch']}, chosen on validation {best['metric']} "

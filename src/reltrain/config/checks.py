@@ -4,12 +4,12 @@ options name (``validate``). Each problem is one ``UserError``."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
-from reltrain.config import (DEVICE_NAMES, Config, DataConfig, EvalConfig, ModelConfig,
-                             TrainConfig, check_choices, dotted, finite_number, to_dict)
-from reltrain.errors import UserError
+from reltrain.config.train import (Config, DataConfig, EvalConfig, ModelConfig, TrainConfig,
+                                   check_choices, dotted, finite_number, to_dict)
+from reltrain.runtime.devices import check_device_name
+from reltrain.runtime.errors import UserError
 
 
 def _check(ok: bool, message: str) -> None:
@@ -139,9 +139,3 @@ def _check_run(cfg: Config) -> None:
     check_device_name(cfg.device)
     for key, value in dotted(to_dict(cfg)).items():
         _check(not isinstance(value, float) or finite_number(value), f"{key} must be a finite number")
-
-
-def check_device_name(name: str) -> None:
-    """A one-line error for a device name reltrain does not know (before anything starts)."""
-    _check(name in ("auto", "cpu", "cuda") or re.fullmatch(r"cuda:[0-9]+", str(name)) is not None,
-           f"device must be {DEVICE_NAMES}, not '{name}'")

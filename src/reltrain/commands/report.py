@@ -11,11 +11,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from reltrain.compare_cmd import check_finished
-from reltrain.errors import UserError
-from reltrain.options import opt
+from reltrain.commands.compare import check_finished
+from reltrain.runtime.errors import UserError
+from reltrain.config.commands import opt
 
-PAGE = Path(__file__).parent / "pages" / "report.html"
+PAGE = Path(__file__).parents[1] / "pages" / "report.html"
 MAX_LINE = 1 << 20  # one line of metrics.jsonl or test_predictions.jsonl
 MAX_ROWS = 1_000_000  # test rows read per run
 SHOWN_MISTAKES = 300  # misclassified rows embedded per run (the most confident first)
@@ -91,7 +91,7 @@ def _answers(run: Path) -> dict:
 
 def report_data(runs: list[str]) -> dict:
     """What the page shows, as plain data; each run's files are read once."""
-    from reltrain.compare_cmd import config_differences, read_json
+    from reltrain.commands.compare import config_differences, read_json
 
     configs = [_flat_config(Path(run)) for run in runs]
     data = {"runs": [], "config_differences": config_differences(configs) if len(runs) > 1 else {}}
@@ -120,7 +120,7 @@ def report_data(runs: list[str]) -> dict:
 
 def _flat_config(run: Path) -> dict:
     """The run's options, flat; none if its config.yaml cannot be read (the page goes on)."""
-    from reltrain.compare_cmd import run_config
+    from reltrain.commands.compare import run_config
 
     try:
         return run_config(run)
@@ -149,7 +149,7 @@ def _finite(value):
 
 
 def run_report(options: ReportOptions) -> Path:
-    from reltrain.output import write_output
+    from reltrain.runtime.output import write_output
 
     data = report_data(options.runs)
     write_output(options.output, page_html(data))

@@ -1,5 +1,5 @@
 """The checkpoint file: one versioned dataclass, and the only code that names its keys. Training
-writes it (training/checkpoint.py); resuming and every model reader (artifacts.py) read it
+writes it (training/checkpoint.py); resuming and every model reader (model_folder.py) read it
 through ``load_checkpoint``, with ``torch.load(weights_only=True)``, and check each field they
 use before using it: a checkpoint is input from a stranger."""
 
@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain.config import METRICS
-from reltrain.errors import UserError, first_line
-from reltrain.output import atomic_file
+from reltrain.config.train import METRICS
+from reltrain.runtime.errors import UserError, first_line
+from reltrain.runtime.output import atomic_file
 
 FORMAT = "reltrain-checkpoint"
 VERSION = 1

@@ -9,7 +9,7 @@ import stat
 
 import yaml
 
-from reltrain.errors import UserError, first_line
+from reltrain.runtime.errors import UserError, first_line
 
 MAX_CONFIG_BYTES = 1 << 20  # a real config is a few KB
 MAX_DEPTH = 16  # the deepest option is three levels down (model.cnn.kernel_sizes)

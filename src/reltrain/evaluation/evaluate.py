@@ -1,4 +1,4 @@
-"""Metrics of a model on a labelled split, identical on every rank (reltrain/scoring.py counts
+"""Metrics of a model on a labelled split, identical on every rank (evaluation/scoring.py counts
 every example exactly once under any world size)."""
 
 from __future__ import annotations
@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import torch.nn as nn
 
-from reltrain import distributed as D
+from reltrain.runtime import distributed as D
 from reltrain.data.dataset import RelationDataset
-from reltrain.scoring import gathered_probs
-from reltrain.training.metrics import compute_metrics
+from reltrain.evaluation.scoring import gathered_probs
+from reltrain.evaluation.metrics import compute_metrics
 
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],

@@ -5,15 +5,15 @@ from __future__ import annotations
 import json
 import logging
 
-from reltrain.config import DistConfig
+from reltrain.config.train import DistConfig
 from reltrain.data.readers import read_records
-from reltrain.options import EvaluateOptions
-from reltrain.output import check_output, write_output
+from reltrain.config.commands import EvaluateOptions
+from reltrain.runtime.output import check_output, write_output
 from reltrain.inference.predictor import write_predictions
 from reltrain.data.schema import negative_index
-from reltrain.predict import load_predictor, warn_misfit
-from reltrain import distributed as D
-from reltrain.training.evaluation import evaluate
+from reltrain.commands.predict import load_predictor, warn_misfit
+from reltrain.runtime import distributed as D
+from reltrain.evaluation.evaluate import evaluate
 
 log = logging.getLogger("reltrain.evaluate")
 

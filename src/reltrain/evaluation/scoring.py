@@ -8,9 +8,9 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from reltrain import distributed as D
+from reltrain.runtime import distributed as D
 from reltrain.data.dataset import RelationDataset, eval_batches
-from reltrain.precision import FP32
+from reltrain.runtime.precision import FP32
 
 
 def predict_probs(model: nn.Module, dataset: RelationDataset, batch_size: int,

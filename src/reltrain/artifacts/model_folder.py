@@ -12,10 +12,11 @@ from pathlib import Path
 
 import torch
 
-from reltrain.checkpoint_format import Checkpoint, best_metric, load_checkpoint, metric_values
-from reltrain.config import Config, config_from_dict
+from reltrain.artifacts.checkpoint_format import Checkpoint, best_metric, load_checkpoint, metric_values
+from reltrain.config.load import config_from_dict
+from reltrain.config.train import Config
 from reltrain.data.lm import TOKENIZER_FILES
-from reltrain.errors import UserError, first_line
+from reltrain.runtime.errors import UserError, first_line
 
 EXPORT_FORMAT = "reltrain-export"
 EXPORT_VERSION = 1

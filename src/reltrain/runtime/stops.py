@@ -15,7 +15,7 @@ import sys
 import threading
 from contextlib import contextmanager
 
-from reltrain.errors import Preempted
+from reltrain.runtime.errors import Preempted
 
 # SIGHUP: the terminal of a foreground run was closed (torchrun passes it on to workers too).
 # SIGUSR1: Slurm's warning before the time limit (#SBATCH --signal=USR1@120).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-EXAMPLE_DIR = Path(__file__).parent / "example_data"
+EXAMPLE_DIR = Path(__file__).parents[1] / "example_data"
 
 
 def use_example_data(data_cfg) -> bool:

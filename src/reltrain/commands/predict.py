@@ -10,18 +10,18 @@ from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
 
-from reltrain import children
+from reltrain.runtime import children
 from reltrain.data.readers import STDIN
 from reltrain.data.schema import Record
-from reltrain.errors import SharedUserError, UserError
+from reltrain.runtime.errors import SharedUserError, UserError
 from reltrain.inference import pool
-from reltrain.output import check_output, output_stream
-from reltrain.options import PredictOptions
-from reltrain.launch import local_processes
-from reltrain.stops import StopRequest
+from reltrain.runtime.output import check_output, output_stream
+from reltrain.config.commands import PredictOptions
+from reltrain.runtime.launch import local_processes
+from reltrain.runtime.stops import StopRequest
 
 if TYPE_CHECKING:  # torch, imported by run_predict once the helpers have started
-    from reltrain import distributed as D
+    from reltrain.runtime import distributed as D
     from reltrain.inference.predictor import Predictor
 
 log = logging.getLogger("reltrain.predict")
@@ -60,8 +60,8 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
 
 def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
              stop: StopRequest) -> int:
-    from reltrain import distributed as D
-    from reltrain.config import DistConfig
+    from reltrain.runtime import distributed as D
+    from reltrain.config.train import DistConfig
     from reltrain.inference.predictor import make_record
 
     ctx = D.setup(o.device, DistConfig())
@@ -101,7 +101,7 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
     with a progress bar; returns how many lines were written."""
     from tqdm.auto import tqdm
 
-    from reltrain.logs import progress_enabled
+    from reltrain.runtime.logs import progress_enabled
 
     written, bad = 0, 0
     # The bar counts what is written, so under torchrun it covers every rank's rows.
@@ -217,7 +217,7 @@ def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
 
 def _parsed(chunk: list, skip_bad_rows: bool) -> list:
     """``(line, record or EntitySentence or DataError)`` for each ``(line, build)``."""
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     out = []
     for line, build in chunk:
@@ -231,7 +231,7 @@ def _parsed(chunk: list, skip_bad_rows: bool) -> list:
 
 
 def _chunk_records(parsed: list) -> tuple[list, list[Record]]:
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
     from reltrain.inference.predictor import expand
 
     groups = expand([item for _, item in parsed if not isinstance(item, DataError)])
@@ -250,7 +250,7 @@ def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: b
 
 def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> Lines:
     """The output lines of a chunk of ``(line number, record or DataError)``."""
-    from reltrain.errors import DataError
+    from reltrain.runtime.errors import DataError
 
     groups, flat = _chunk_records(parsed)
     if split is None and flat:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from reltrain.config import Config
+from reltrain.config.train import Config
 from reltrain.data.preprocess import PREPROCESSING, prepare_run
-from reltrain.examples import use_example_data
-from reltrain.launch import local_processes
-from reltrain.logs import progress_enabled
-from reltrain.stops import StopRequest
+from reltrain.data.examples import use_example_data
+from reltrain.runtime.launch import local_processes
+from reltrain.runtime.logs import progress_enabled
+from reltrain.runtime.stops import StopRequest
 
 
 def run_preprocess(cfg: Config) -> dict:
@@ -17,7 +17,8 @@ def run_preprocess(cfg: Config) -> dict:
         prepared = prepare_run(cfg, progress_enabled(cfg.log.progress, True),
                                lambda: stop.check(PREPROCESSING), local_processes())
     meta = prepared.meta
-    info = {"cache": str(prepared.cache_path) if prepared.cache_path else None, "reused": prepared.reused, "rows": meta["rows"],
+    info = {"cache": str(prepared.cache_path) if prepared.cache_path else None,
+            "reused": prepared.reused, "rows": meta["rows"],
             "skipped": {k: len(v) for k, v in meta["skipped"].items()},
             "truncated": meta["truncated"], "vocab_size": prepared.vocab_size,
             "relations": len(prepared.labels), "tokenizer": meta["tokenizer"]}

@@ -10,9 +10,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
-from reltrain.config import AMP_SETTINGS, RUNTIMES, SWITCH, check_choices
-from reltrain.config_checks import check_device_name, check_encoding
-from reltrain.errors import UserError
+from reltrain.config.checks import check_encoding
+from reltrain.config.train import RUNTIMES, SWITCH, check_choices
+from reltrain.runtime.devices import AMP_SETTINGS, check_device_name
+from reltrain.runtime.errors import UserError
 
 
 def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None,

@@ -1,0 +1,1 @@
+"""Metrics and scoring, shared by training and inference."""
