@@ -6,7 +6,7 @@
 set -euo pipefail
 D=$(realpath ../shared/data/deepke-zh)
 OUT=$(mktemp -d /tmp/reltrain-parity-XXXX)
-C="data.train=$D/train.csv data.valid=$D/valid.csv data.test=$D/test.csv data.labels=$D/relation.csv data.language=zh log.progress=false log.plots=false"
+C="data.train=$D/train.csv data.valid=$D/valid.csv data.test=$D/test.csv data.labels=$D/relation.csv data.language=zh log.progress=false"
 for n in "${@:-2}"; do
   OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=$n -m reltrain train device=cpu $C output_dir=$OUT/ddp$n > $OUT/ddp$n.log 2>&1
   python -m reltrain evaluate $OUT/ddp$n/checkpoints/best.pt $D/test.csv > $OUT/eval$n.json

@@ -29,8 +29,7 @@ def train_deepke(data: str | Path, out: Path, cache: Path, nproc: int, threads: 
     data = Path(data).resolve()
     args = [f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
             f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
-            "data.language=zh", f"data.cache_dir={cache}", "log.progress=false", "log.plots=false",
-            f"output_dir={out}", *overrides]
+            "data.language=zh", f"data.cache_dir={cache}", "log.progress=false", f"output_dir={out}", *overrides]
     launcher = ([sys.executable, "-m", "torch.distributed.run", "--standalone",
                  f"--nproc_per_node={nproc}"] if nproc > 1 else [sys.executable])
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)}

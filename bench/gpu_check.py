@@ -86,7 +86,7 @@ class Context:
         d = self.data
         common = [f"data.train={d['train']}", f"data.valid={d['valid']}", f"data.test={d['test']}",
                   f"data.labels={d['labels']}", "data.language=zh", "log.progress=false",
-                  "log.plots=false", "log.tensorboard=false", "resume=never",
+                  "log.tensorboard=false", "resume=never",
                   f"data.cache_dir={self.work / 'cache'}"]
         if self.smoke:
             common.append("train.batch_size=16")

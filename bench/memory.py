@@ -47,7 +47,7 @@ after(T, "prepare_run", "preprocessing (cache)")
 after(T, "_build", "model, optimizer, loaders")
 after(TR.Trainer, "_run_epoch", lambda a, out: f"epoch {out['epoch']} trained")
 after(TR.Trainer, "_validate", "validated")
-after(T, "_score_test", "test scored, plots")
+after(T, "_score_test", "test scored")
 from reltrain.cli import main
 code = main(sys.argv[1:])
 mark("end")
@@ -88,7 +88,7 @@ def main() -> None:
                      "log.progress=false"])
             peak = r["stages"][-1]["VmHWM"]
             print(f"\n{name}: peak RSS {peak} MB = {peak / torch_mb:.2f} x `import torch` alone "
-                  f"({torch_mb} MB); largest child (tokenizing, plots) {r['child_peak_mb']} MB, "
+                  f"({torch_mb} MB); largest child (tokenizing) {r['child_peak_mb']} MB, "
                   f"mostly pages shared with the training process")
             previous = 0
             for s in r["stages"]:

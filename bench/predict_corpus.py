@@ -41,8 +41,7 @@ def reltrain(*args: str, env: dict | None = None) -> None:
 
 def train_and_export(work: Path, name: str, data: list[str], extra: list[str]) -> Path:
     run = work / f"run-{name}"
-    reltrain("train", *data, "train.epochs=1", "log.progress=false", "log.plots=false",
-             f"data.cache_dir={work / 'cache'}", f"output_dir={run}", *extra,
+    reltrain("train", *data, "train.epochs=1", "log.progress=false", f"data.cache_dir={work / 'cache'}", f"output_dir={run}", *extra,
              env={"HF_HUB_OFFLINE": "1"})
     folder = work / f"model-{name}"
     reltrain("export", str(run / "checkpoints" / "best.pt"), str(folder), "--format", "onnx")

@@ -131,8 +131,7 @@ def one_size(rows: int, data: Path, tmp: Path, train: bool, extra: list[str]) ->
     if train:
         out = tmp / f"run-{rows}"
         _, seconds, rss = measured([sys.executable, "-m", "reltrain", "train", *options,
-                                    "model.name=cnn", "train.epochs=1", "log.plots=false",
-                                    f"output_dir={out}"], env=env, cwd=ROOT)
+                                    "model.name=cnn", "train.epochs=1", f"output_dir={out}"], env=env, cwd=ROOT)
         summary = json.loads((out / "summary.json").read_text())
         result.update(train_sent_per_s=summary["train_sent_per_s_median"], train_s=seconds,
                       train_peak_rss_mb=rss["rss"], train_peak_anon_mb=rss["anon"],

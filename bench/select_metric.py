@@ -52,7 +52,7 @@ def train(data: Path, select: str, seed: int, epochs: int, work: Path) -> dict:
            f"data.valid={data / 'valid.csv'}", f"data.test={data / 'test.csv'}",
            f"data.labels={data / 'relation.csv'}", "data.language=zh", f"train.epochs={epochs}",
            f"train.seed={seed}", f"train.select_metric={select}", "log.progress=false",
-           "log.plots=false", f"data.cache_dir={work / 'cache'}", f"output_dir={out}"]
+           f"data.cache_dir={work / 'cache'}", f"output_dir={out}"]
     subprocess.run(cmd, check=True, capture_output=True)
     return json.loads((out / "summary.json").read_text())
 

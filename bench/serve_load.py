@@ -55,7 +55,7 @@ def train_model(data: Path, work: Path) -> Path:
     run = work / "run"
     for args in (["train", f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
                   f"data.labels={data / 'relation.csv'}", "data.language=zh", "train.epochs=1",
-                  "log.progress=false", "log.plots=false", f"data.cache_dir={work / 'cache'}",
+                  "log.progress=false", f"data.cache_dir={work / 'cache'}",
                   f"output_dir={run}"],
                  ["export", str(run / "checkpoints" / "best.pt"), str(work / "model")]):
         subprocess.run([sys.executable, "-m", "reltrain", *args], check=True, capture_output=True)

@@ -48,8 +48,7 @@ def main() -> None:
         example = ROOT / "src" / "reltrain" / "example_data"
         subprocess.run([sys.executable, "-m", "reltrain", "train", f"output_dir={tmp / 'en'}",
                         *(f"data.{s}={example / (s + '.jsonl')}" for s in ("train", "valid", "test")),
-                        "train.epochs=1", "log.progress=false", "log.plots=false",
-                        f"data.cache_dir={tmp / 'cache'}"], check=True, capture_output=True)
+                        "train.epochs=1", "log.progress=false", f"data.cache_dir={tmp / 'cache'}"], check=True, capture_output=True)
         cmds = {"import torch": [sys.executable, "-c", "import torch"]}
         for lang, (text, head, tail) in SENTENCES.items():
             cmds[f"predict --text ({lang} CNN)"] = [

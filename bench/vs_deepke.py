@@ -60,7 +60,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
         f"data.test={data / 'test.csv'}", f"data.labels={data / 'relation.csv'}",
         "data.language=zh", f"data.cache_dir={workdir / 'cache'}", f"model.name={model}",
         f"train.epochs={epochs}", f"train.batch_size={batch_size}", "log.progress=false",
-        "log.plots=false", f"output_dir={workdir / ('reltrain-' + model)}", *extra])
+        f"output_dir={workdir / ('reltrain-' + model)}", *extra])
     summary = run_train(cfg)
     # Evaluation throughput: the best checkpoint over valid + test, as the CLI would load it.
     predictor = Predictor.from_checkpoint(summary["checkpoints"]["best"])

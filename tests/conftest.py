@@ -184,7 +184,6 @@ def model(small_en, tmp_path_factory) -> Path:
     from reltrain.cli import main
 
     root = tmp_path_factory.mktemp("serve")
-    assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-                 "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
+    assert main(["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
     assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
     return root / "model"

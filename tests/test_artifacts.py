@@ -31,8 +31,7 @@ def trained(small_en, tiny_bert, tmp_path_factory) -> dict:
     out = {}
     for name in ("cnn", "lm"):
         root = tmp_path_factory.mktemp(f"artifact-{name}")
-        assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-                     "train.epochs=1", *encoder_args(name, tiny_bert),
+        assert main(["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", *encoder_args(name, tiny_bert),
                      f"output_dir={root / 'run'}"]) == 0
         checkpoint = root / "run" / "checkpoints" / "best.pt"
         assert main(["export", str(checkpoint), str(root / "model")]) == 0

@@ -192,13 +192,13 @@ def test_no_process_of_a_run_is_forked_after_torch_is_imported(small_en, tmp_pat
     assert forks.read_text().count("\n") == 1
     forks.unlink()
     run = tmp_path / "run"
-    # devices=2: torchrun's agent, two ranks with gloo, the preprocessing child, the plot
-    # children (curves during the run, the confusion matrix at the end), DataLoader workers.
-    reltrain("train", "devices=2", *data_overrides(small_en), "train.epochs=2", "log.plots=true",
+    # devices=2: torchrun's agent, two ranks with gloo, the preprocessing child, DataLoader
+    # workers.
+    reltrain("train", "devices=2", *data_overrides(small_en), "train.epochs=2",
              "data.num_workers=1",
              "log.progress=false", "model.cnn.num_filters=16", f"data.cache_dir={tmp_path / 'c'}",
              f"output_dir={run}")
-    assert (run / "plots" / "confusion_test.png").is_file()
+    assert (run / "report.html").is_file()
     reltrain("predict", str(run / "checkpoints" / "best.pt"), small_en["test"], "--workers", "2",
              "--chunk-rows", "10", "--output", str(tmp_path / "p.jsonl"))
     reltrain("export", str(run / "checkpoints" / "best.pt"), str(tmp_path / "exported"), "--format",

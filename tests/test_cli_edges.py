@@ -22,8 +22,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def run_dir(small_en, tmp_path_factory):
     root = tmp_path_factory.mktemp("edges")
-    assert main(["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-                 "train.epochs=1", "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
+    assert main(["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
     return root / "run"
 
 
@@ -81,8 +80,7 @@ def test_an_unreadable_training_file_is_one_line(small_en, capsys, monkeypatch, 
 
 
 def test_a_run_with_only_best_pt_left_is_not_overwritten(small_en, tmp_path):
-    args = ["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-            "train.epochs=1", "model.cnn.num_filters=16", f"output_dir={tmp_path / 'run'}"]
+    args = ["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=16", f"output_dir={tmp_path / 'run'}"]
     assert main(args) == 0
     checkpoints = tmp_path / "run" / "checkpoints"
     for path in checkpoints.iterdir():
@@ -137,7 +135,7 @@ def test_an_unknown_encoder_is_refused_before_the_data_is_read(small_en, capsys,
 
 def test_exporting_a_never_scored_run_warns(small_en, tmp_path):
     args = ["train", f"data.train={small_en['train']}", f"data.labels={small_en['labels']}",
-            "log.progress=false", "log.plots=false", "train.epochs=1", "model.cnn.num_filters=16",
+            "log.progress=false", "train.epochs=1", "model.cnn.num_filters=16",
             f"output_dir={tmp_path / 'run'}"]
     assert main(args) == 0
     result = ok(run_cli("export", str(tmp_path / "run"), str(tmp_path / "model")))

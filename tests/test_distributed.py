@@ -19,7 +19,7 @@ from conftest import (EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, read_js
 
 pytestmark = pytest.mark.slow
 
-COMMON = ["log.progress=false", "log.plots=false", "train.epochs=2"]  # dropout on: masks are per example
+COMMON = ["log.progress=false", "train.epochs=2"]  # dropout on: masks are per example
 
 
 @pytest.fixture(scope="module")

@@ -22,7 +22,7 @@ from conftest import SCRATCH, WORKER_ENV, data_overrides, ok, read_jsonl, torchr
 
 pytestmark = pytest.mark.slow
 
-ARGS = ["log.progress=false", "log.plots=false", "model.cnn.num_filters=32", "train.batch_size=16",
+ARGS = ["log.progress=false", "model.cnn.num_filters=32", "train.batch_size=16",
         "train.global_batch_size=32", "train.epochs=3", "ckpt.every_steps=4"]
 
 

@@ -19,7 +19,7 @@ from conftest import ZH_ROWS, data_overrides, encoder_args, ok, torchrun, write_
 
 pytestmark = pytest.mark.slow
 
-BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16"]
+BASE = ["log.progress=false", "train.batch_size=16"]
 
 
 @pytest.mark.parametrize("name", ["bilstm", "transformer", "lm"])

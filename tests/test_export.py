@@ -25,8 +25,7 @@ def exported(small_en, tiny_bert, tmp_path_factory) -> dict:
     out = {}
     for name in ENCODERS:
         root = tmp_path_factory.mktemp(name)
-        args = ["train", *data_overrides(small_en), "log.progress=false", "log.plots=false",
-                "train.epochs=1", "train.batch_size=32",
+        args = ["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "train.batch_size=32",
                 *(encoder_args(name, tiny_bert) if name != "pcnn" else ["model.name=pcnn"]),
                 f"output_dir={root / 'run'}"]
         assert main(args) == 0

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow
 
 # (processes, per-process batch, accumulation): all global batch 64
 SPLITS = [(1, 64, 1), (1, 16, 4), (2, 16, 2), (4, 16, 1)]
-BASE = ["log.progress=false", "log.plots=false", "train.global_batch_size=64"]
+BASE = ["log.progress=false", "train.global_batch_size=64"]
 # Dropout stays on (model.dropout=0.5 for cnn/bilstm): its masks follow the examples.
 
 INTERRUPTING = """
@@ -135,7 +135,7 @@ def test_a_global_batch_that_cannot_be_formed_is_one_line(data, tmp_path):
                               f"output_dir={tmp_path / 'a'}"))
     assert "set train.batch_size=16" in line
     out = tmp_path / "b"
-    ok(run_cli("train", *data, "log.progress=false", "log.plots=false", "train.batch_size=16",
+    ok(run_cli("train", *data, "log.progress=false", "train.batch_size=16",
                "train.accum_steps=2", "train.epochs=1", f"output_dir={out}"))  # global 32
     line = user_error(run_cli("train", "devices=3", *data, "log.progress=false",
                               "train.batch_size=16", "train.epochs=2", f"output_dir={out}"))

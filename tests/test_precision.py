@@ -41,7 +41,7 @@ def test_a_bf16_run_trains_evaluates_and_predicts_in_bf16(small_en, tmp_path):
     run_dir = tmp_path / "run"
     small = ["model.word_dim=16", "model.pos_dim=4", "model.cnn.num_filters=8", "model.cnn.kernel_sizes=[3]"]
     assert main(["train", *data_overrides(small_en), f"output_dir={run_dir}", "train.epochs=2",
-                 "log.progress=false", "log.plots=false", "train.amp=bf16", *small]) == 0
+                 "log.progress=false", "train.amp=bf16", *small]) == 0
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["precision"] == "bf16"
     assert "precision bf16 (amp=bf16" in (run_dir / "train.log").read_text()

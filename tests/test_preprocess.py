@@ -99,7 +99,7 @@ def test_unwritable_cache_is_said_in_the_run_log(tmp_path, small_en):
     blocker = tmp_path / "blocker"
     blocker.write_text("")
     result = ok(run_cli("train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
-                        "log.plots=false", f"data.cache_dir={blocker}", f"output_dir={tmp_path / 'run'}"))
+                        f"data.cache_dir={blocker}", f"output_dir={tmp_path / 'run'}"))
     assert "Traceback" not in result.stderr and "continuing without a cache" in result.stderr
     assert "cache off" in result.stderr
 
@@ -151,7 +151,7 @@ def test_the_training_process_never_holds_the_segmenter_or_scikit_learn(tmp_path
         "import sys\nfrom reltrain.cli import main\n"
         f"code = main(['train', 'data.train={path}', 'data.valid={path}', 'data.test={path}', "
         f"'data.language=zh', 'data.min_freq=1', 'train.epochs=1', 'log.progress=false', "
-        f"'log.plots=false', 'data.cache_dir={tmp_path / 'cache'}', 'output_dir={tmp_path / 'run'}'])\n"
+        f"'data.cache_dir={tmp_path / 'cache'}', 'output_dir={tmp_path / 'run'}'])\n"
         "print('HELD', code, sorted(m for m in ('jieba', 'rjieba', 'sklearn', 'scipy') if m in sys.modules))\n")
     result = ok(run([sys.executable, "-c", script]))
     assert "HELD 0 []" in result.stdout, result.stdout[-500:]

@@ -100,8 +100,7 @@ def test_a_run_on_directed_labels_selects_shows_and_compares_the_semeval_score(s
     runs = []
     for name in ("a", "b"):
         caplog.clear()
-        assert main(["train", *data_overrides(files), "train.epochs=1", "log.plots=false",
-                     "model.cnn.num_filters=8", "train.select_metric=semeval_macro_f1",
+        assert main(["train", *data_overrides(files), "train.epochs=1", "model.cnn.num_filters=8", "train.select_metric=semeval_macro_f1",
                      f"output_dir={tmp_path / name}"]) == 0
         runs.append(str(tmp_path / name))
         assert "SemEval macro-F1" in caplog.text
@@ -116,8 +115,7 @@ def test_a_run_on_directed_labels_selects_shows_and_compares_the_semeval_score(s
 @pytest.fixture(scope="module")
 def run(small_en, tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
-    assert main(["train", *data_overrides(small_en), "train.epochs=2", "log.plots=false",
-                 "model.cnn.num_filters=8", "train.select_metric=loss",
+    assert main(["train", *data_overrides(small_en), "train.epochs=2", "model.cnn.num_filters=8", "train.select_metric=loss",
                  f"output_dir={root / 'run'}"]) == 0
     return root / "run"
 
@@ -164,7 +162,7 @@ def test_the_loss_can_select_the_best_epoch(run):
 
 def test_a_resumed_run_refuses_another_selection_metric(run, small_en, capsys):
     line = cli_error(capsys, "train", *data_overrides(small_en), "train.epochs=3",
-                     "log.plots=false", "model.cnn.num_filters=8",
+                     "model.cnn.num_filters=8",
                      "train.select_metric=macro_f1", f"output_dir={run}")
     assert "train.select_metric was 'loss', now 'macro_f1'" in line
 
@@ -306,8 +304,7 @@ def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):
 
 def test_compare_puts_runs_side_by_side(run, small_en, tmp_path, capsys):
     other = tmp_path / "other"
-    assert main(["train", *data_overrides(small_en), "train.epochs=1", "log.plots=false",
-                 "model.cnn.num_filters=4", f"output_dir={other}"]) == 0
+    assert main(["train", *data_overrides(small_en), "train.epochs=1", "model.cnn.num_filters=4", f"output_dir={other}"]) == 0
     capsys.readouterr()
     assert main(["compare", str(run), str(other), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)

@@ -19,7 +19,7 @@ from conftest import cli_error, data_overrides, run, torchrun as torchrun_n
 
 pytestmark = pytest.mark.slow
 
-BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.cnn.num_filters=32"]
+BASE = ["log.progress=false", "train.batch_size=16", "model.cnn.num_filters=32"]
 
 # Runs reltrain train, but the worker kills or signals itself once, at a chosen step.
 INTERRUPTING = """

@@ -22,7 +22,7 @@ from conftest import SCRATCH, WORKER_ENV, cli_error, data_overrides, ok, run, ru
 
 pytestmark = pytest.mark.slow
 
-BASE = ["log.progress=false", "log.plots=false", "train.batch_size=16", "model.cnn.num_filters=32"]
+BASE = ["log.progress=false", "train.batch_size=16", "model.cnn.num_filters=32"]
 
 
 # A shell starts a foreground job with the stop signals at their defaults, even where the suite
@@ -150,7 +150,7 @@ def test_resume_refuses_options_it_cannot_honour_and_applies_the_others(small_en
         else:
             assert f"does not match this run: {key} was" in line and f"set {key}=" in line, line
         assert (run_dir / "config.yaml").read_text() == config  # still says what ran
-    resumed = ok(run_cli(*args, "train.epochs=2", "train.eval_batch_size=7", "log.plots=true"))
+    resumed = ok(run_cli(*args, "train.epochs=2", "train.eval_batch_size=7"))
     assert "train.epochs changed from 1 to 2" in resumed.stderr
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["epochs"] == 2
     again = ok(run_cli(*args, "train.epochs=2"))

@@ -44,7 +44,7 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_two_tasks_as_srun_starts_them_train_like_torchrun(small_en, tmp_path):
     args = ["train", *(f"data.{k}={v}" for k, v in small_en.items()), "log.progress=false",
-            "log.plots=false", "train.epochs=1", "train.batch_size=8"]
+            "train.epochs=1", "train.batch_size=8"]
     ok(torchrun(2, "-m", "reltrain", *args, f"output_dir={tmp_path / 'torchrun'}"))
     base = {k: v for k, v in os.environ.items() if k not in LAUNCHER_VARS}
     port = str(free_port())

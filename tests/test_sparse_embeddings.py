@@ -156,8 +156,7 @@ def test_where_sparse_updates_cannot_apply():
 
 
 def test_a_run_says_which_updates_it_uses_and_refuses_a_change_on_resume(small_en, tmp_path, capsys):
-    run = [*data_overrides(small_en), f"output_dir={tmp_path / 'run'}", "log.progress=false",
-           "log.plots=false"]
+    run = [*data_overrides(small_en), f"output_dir={tmp_path / 'run'}", "log.progress=false"]
     assert main(["train", *run, "train.epochs=1"]) == 0
     assert "sparse embedding updates" in capsys.readouterr().err
     payload = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)

@@ -25,7 +25,7 @@ def trained(small_en, tmp_path_factory):
 def test_run_directory_contents(trained):
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "train.log",
                  "checkpoints/best.pt", "checkpoints/last.pt", "checkpoints/best.pt.json",
-                 "plots/loss.png", "plots/f1.png", "plots/confusion_test.png"):
+                 "report.html", "test_predictions.jsonl"):
         assert (trained / name).is_file(), name
     summary = json.loads((trained / "summary.json").read_text())
     assert summary["world_size"] == 1 and summary["global_batch_size"] == 16
@@ -247,7 +247,7 @@ def test_two_runs_in_one_process_keep_their_own_logs_and_leave_logging_alone(sma
     logger = logging.getLogger("reltrain")
     before = (list(logger.handlers), logger.propagate, logger.level)
     hf_logging.set_verbosity_warning()
-    args = [*data_overrides(small_en), "train.epochs=1", "log.progress=false", "log.plots=false"]
+    args = [*data_overrides(small_en), "train.epochs=1", "log.progress=false"]
     run_train(load_config(None, [*args, f"output_dir={tmp_path / 'a'}"]))
     run_train(load_config(None, [*args, f"output_dir={tmp_path / 'b'}", "model.name=lm",
                                  f"model.lm.pretrained={tiny_bert}"]))
@@ -373,14 +373,13 @@ def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
 
 def test_max_len_beyond_the_pretrained_positions_is_one_line(small_en, tiny_bert, capsys):
     line = cli_error(capsys, "train", *data_overrides(small_en), "model.name=lm",
-                     f"model.lm.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false",
-                     "log.plots=false")
+                     f"model.lm.pretrained={tiny_bert}", "data.max_len=300", "log.progress=false")
     assert "data.max_len=300 is more than the 256 positions" in line
 
 
 def test_summary_counts_the_child_that_built_the_cache(small_en, tmp_path):
     args = ["train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
-            "log.plots=false", f"data.cache_dir={tmp_path / 'cache'}"]
+            f"data.cache_dir={tmp_path / 'cache'}"]
     peaks = []
     for run in ("built", "reused"):
         result = run_cli(*args, f"output_dir={tmp_path / run}")

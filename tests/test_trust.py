@@ -25,7 +25,7 @@ HUGE = "1" * 5000  # past Python's 4,300-digit limit for int()
 def checkpoint(small_en, tmp_path_factory):
     root = tmp_path_factory.mktemp("trust")
     assert main(["train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
-                 "log.plots=false", "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
+                 "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
     return root / "run" / "checkpoints" / "best.pt"
 
 
@@ -237,7 +237,7 @@ def test_every_model_command_takes_a_run_directory(checkpoint, small_en, capsys)
 def test_the_python_api_trains_and_predicts_dicts(small_en, tmp_path):
     summary = reltrain.train({"data": {k: v for k, v in small_en.items()},
                               "model": {"cnn": {"num_filters": 8}}},
-                             {"train.epochs": 1, "log.progress": False, "log.plots": False,
+                             {"train.epochs": 1, "log.progress": False,
                               "output_dir": str(tmp_path / "run")})
     assert 0 <= summary["test"]["macro_f1"] <= 1 and summary["world_size"] == 1
     model = reltrain.load(tmp_path / "run")
@@ -262,7 +262,7 @@ def test_the_python_api_takes_the_config_object_and_checks_it(small_en, tmp_path
     from reltrain.config.train import (CNNConfig, Config, DataConfig, LogConfig, ModelConfig, TrainConfig)
 
     cfg = Config(data=DataConfig(**small_en), model=ModelConfig(cnn=CNNConfig(num_filters=8)),
-                 train=TrainConfig(epochs=0), log=LogConfig(progress="false", plots=False),
+                 train=TrainConfig(epochs=0), log=LogConfig(progress="false"),
                  output_dir=str(tmp_path / "run"))
     with pytest.raises(UserError, match="train.epochs must be at least 1"):
         reltrain.train(cfg)
@@ -342,31 +342,10 @@ def test_small_edges_a_new_user_hit(checkpoint, small_en, tmp_path, capsys, capl
     assert "sentences.txt:1: not a JSON object" in line and "--text" in line
     # How many sentences were cut, in words, not a Python dict.
     assert main(["train", *data_overrides(small_en), "data.max_len=8", "train.epochs=1",
-                 "log.plots=false", "model.cnn.kernel_sizes=[3]", "model.cnn.num_filters=8",
+                 "model.cnn.kernel_sizes=[3]", "model.cnn.num_filters=8",
                  f"output_dir={tmp_path / 'cut'}"]) == 0
     cut = [r.getMessage() for r in caplog.records if "sentences cut" in r.getMessage()]
     assert cut and "{" not in cut[0] and " in train" in cut[0], cut
-
-
-def test_a_long_confusion_title_stays_inside_the_picture(tmp_path, monkeypatch):
-    import matplotlib.figure
-    import numpy as np
-
-    from reltrain.training.plots import plot_confusion
-
-    seen = {}
-    real = matplotlib.figure.Figure.savefig
-
-    def savefig(fig, *args, **kwargs):
-        fig.canvas.draw()
-        title = fig.axes[0].title.get_window_extent()
-        seen["inside"] = title.x0 >= 0 and title.x1 <= fig.bbox.x1
-        return real(fig, *args, **kwargs)
-
-    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", savefig)
-    plot_confusion(np.array([[3, 1], [0, 2]]), ["a", "b"], tmp_path / "c.png",
-                   "Test confusion (best epoch 12) of a run with a long description")
-    assert seen == {"inside": True} and (tmp_path / "c.png").stat().st_size > 0
 
 
 def test_loading_a_pretrained_encoder_prints_nothing_of_transformers(tiny_bert, capfd):

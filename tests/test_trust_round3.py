@@ -24,8 +24,7 @@ def panicking_folder(small_en, tiny_bert, tmp_path_factory):
     """An exported LM folder whose tokenizer.json has a pathological pre-tokenizer regex."""
     root = tmp_path_factory.mktemp("panic")
     assert main(["train", *data_overrides(small_en), *encoder_args("lm", tiny_bert),
-                 "train.epochs=1", "log.progress=false", "log.plots=false",
-                 f"output_dir={root / 'run'}"]) == 0
+                 "train.epochs=1", "log.progress=false", f"output_dir={root / 'run'}"]) == 0
     folder = root / "model"
     assert main(["export", str(root / "run"), str(folder)]) == 0
     spec = json.loads((folder / "tokenizer.json").read_text(encoding="utf-8"))

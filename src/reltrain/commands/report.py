@@ -148,11 +148,17 @@ def _finite(value):
     return value
 
 
-def run_report(options: ReportOptions) -> Path:
+def write_report(runs: list[str], output: str | Path) -> dict:
+    """The page of ``runs`` at ``output``; returns its data."""
     from reltrain.runtime.output import write_output
 
-    data = report_data(options.runs)
-    write_output(options.output, page_html(data))
+    data = report_data(runs)
+    write_output(str(output), page_html(data))
+    return data
+
+
+def run_report(options: ReportOptions) -> Path:
+    data = write_report(options.runs, options.output)
     shown = sum(len(r["answers"]["mistakes"]) for r in data["runs"])
     print(f"wrote {options.output} ({len(data['runs'])} run(s), {shown} misclassified test rows "
           f"shown); open it in a browser: it needs no network")

@@ -34,7 +34,7 @@ from reltrain.training.callbacks import build_callbacks
 from reltrain.training.checkpoint import Checkpointer, load_model_weights, seed_everything
 from reltrain.evaluation.evaluate import evaluate
 from reltrain.data.schema import negative_index
-from reltrain.evaluation.metrics import confusion, format_report, headline, resolve_select
+from reltrain.evaluation.metrics import format_report, headline, resolve_select
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.training.optim import Schedule, build_loss, build_optimizer, sparse_embedding
 from reltrain.training.batching import BatchPlan, plan_batches
@@ -94,12 +94,10 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     # batch plan resolved (a new object; the validated one is left as it was).
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
-    history = []  # the finished epochs' metrics a resumed run keeps (rank 0's callbacks)
     if ctx.is_main:
-        history = start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
+        start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)
-    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative,
-                   history)
+    parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
         state = _fit(parts, ctx, resumed, stop)
     summary = _summary(cfg, ctx, state, run_dir, prepared)
@@ -110,6 +108,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     summary.update(_memory(ctx))
     if ctx.is_main:
         write_output(str(run_dir / "summary.json"), json.dumps(summary, indent=2, ensure_ascii=False))
+        _write_page(run_dir)
     # The last collective before anything is printed: a print that fails (the reader of the
     # output left, `| head`) ends rank 0 with no other rank waiting for it.
     ctx.barrier()
@@ -162,7 +161,7 @@ def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
 
 def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
            identity: RunIdentity, progress: bool, stop: StopRequest, resumed: Resumed | None,
-           select: str, negative: int | None, history: list[dict]) -> _Parts:
+           select: str, negative: int | None) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
     encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
     sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
@@ -194,7 +193,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
                   data_rows=prepared.meta["rows"], hf_config=model_hf_config(D.unwrap(model)))
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
-    callbacks = build_callbacks(run_dir, cfg, select, history) if ctx.is_main else []
+    callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
     trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                       prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
                       every_steps=cfg.ckpt.every_steps, stop=stop, precision=precision,
@@ -263,15 +262,10 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     start = time.perf_counter()
     metrics, probs = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
                               desc="test", precision=trainer.precision, negative=negative)
-    pred = probs.argmax(axis=1)
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
     if ctx.is_main:
         _write_test_predictions(cfg, run_dir, labels, probs)
-    if ctx.is_main and cfg.log.plots:  # drawn in a child: matplotlib stays out of this process
-        matrix = confusion(test_set.split.labels, pred, len(labels))
-        children.call(_draw_confusion, matrix, labels, run_dir / "plots" / "confusion_test.png",
-                    f"Test confusion (best epoch {state.best['epoch']})")
 
 
 def _write_test_predictions(cfg: Config, run_dir: Path, labels: list[str], probs) -> None:
@@ -286,13 +280,14 @@ def _write_test_predictions(cfg: Config, run_dir: Path, labels: list[str], probs
     write_predictions(str(run_dir / "test_predictions.jsonl"), records, probs, labels)
 
 
-def _draw_confusion(matrix, labels, path: Path, title: str) -> None:
-    from reltrain.training.plots import plot_confusion
+def _write_page(run_dir: Path) -> None:
+    """``report.html``, the run's page: what ``reltrain report RUN_DIR`` writes for it."""
+    from reltrain.commands.report import write_report
 
     try:
-        plot_confusion(matrix, labels, path, title)
-    except OSError as exc:
-        log.warning("cannot write the confusion plot: %s", exc.strerror or exc)
+        write_report([str(run_dir)], run_dir / "report.html")
+    except OSError as exc:  # the run itself is complete
+        log.warning("cannot write %s: %s", run_dir / "report.html", exc.strerror or exc)
 
 
 def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
@@ -325,8 +320,8 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
 
 
 def _memory(ctx: D.DistContext) -> dict:
-    """Peak resident memory: this rank's own, its children's (the cache build and its workers,
-    plots; DataLoader workers only as the largest one), and the run's, summed over every rank.
+    """Peak resident memory: this rank's own, its children's (the cache build and its workers;
+    DataLoader workers only as the largest one), and the run's, summed over every rank.
     Sums of peaks: an upper bound, since the peaks need not coincide."""
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     kids = max(children.peak_rss_mb(), resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)

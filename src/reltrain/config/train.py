@@ -187,7 +187,6 @@ class CheckpointConfig:
 @dataclass
 class LogConfig:
     progress: str = _opt("auto", "progress bars: auto (on a terminal), true or false", SWITCH)
-    plots: bool = _opt(True, "write plots/*.png")
     tensorboard: str = _opt("auto", "auto (if installed), true or false", SWITCH)
 
 

@@ -101,13 +101,6 @@ def _prf(tp, predicted, gold):
     return ratio(tp, predicted), ratio(tp, gold), ratio(2 * tp, predicted + gold)
 
 
-def confusion(y_true: np.ndarray, y_pred: np.ndarray, num_labels: int) -> np.ndarray:
-    """(C, C) counts; row = gold, column = predicted."""
-    out = np.zeros((num_labels, num_labels), dtype=np.int64)
-    np.add.at(out, (np.asarray(y_true), np.asarray(y_pred)), 1)
-    return out
-
-
 def format_report(metrics: dict) -> str:
     """A per-class table for the log; columns line up with Chinese names too."""
     names = [*metrics["per_class"], "relation", "macro"]

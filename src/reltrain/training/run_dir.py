@@ -18,8 +18,10 @@ log = logging.getLogger(__name__)
 LOCK_NAME = ".lock"
 # Everything a run writes at the top of its directory; a folder holding anything else is not a
 # run, and a run started there could overwrite the user's files.
+# ("plots" is an older run's folder of PNG pictures, now report.html's.)
 RUN_ENTRIES = frozenset({LOCK_NAME, "config.yaml", "train.log", "metrics.jsonl", "summary.json",
-                         "checkpoints", "plots", "tensorboard", "test_predictions.jsonl"})
+                         "checkpoints", "plots", "tensorboard", "test_predictions.jsonl",
+                         "report.html"})
 
 
 def new_run_dir(cfg) -> Path:
@@ -101,9 +103,8 @@ def check_run_dir(run_dir: Path) -> None:
                         f"would write through the link); remove it")
 
 
-def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> list[dict]:
-    """Write the resolved config; on resume keep the metrics of the epochs already finished,
-    and return them."""
+def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
+    """Write the resolved config; on resume keep the metrics of the epochs already finished."""
     from omegaconf import OmegaConf
 
     log_path = run_dir / "metrics.jsonl"
@@ -116,7 +117,6 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> list[dict]:
         write_output(str(log_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))
     except OSError as exc:
         raise UserError(f"cannot write the run directory {run_dir}: {exc.strerror or exc}") from None
-    return kept
 
 
 def read_history(run_dir: Path) -> list[dict]:
