@@ -1,17 +1,16 @@
-"""``reltrain compare RUN_DIR RUN_DIR...``: runs side by side from what each left on disk (its
-``summary.json`` and ``config.yaml``): the headline test figures, F1 per relation with the
-difference to the first run, and the options in which the runs differ."""
+"""``reltrain compare RUN_DIR RUN_DIR...``: runs side by side (evaluation/runs.py): the headline
+test figures, F1 per relation with the difference to the first run, and the options in which
+the runs differ, as a table or JSON."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
 
-from reltrain.runtime.errors import UserError
 from reltrain.config.commands import opt
+from reltrain.evaluation.runs import check_finished, runs_view
+from reltrain.runtime.errors import UserError
 
-MAX_FILE = 64 << 20  # a summary of 10^5 relations is a few MB
 FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", "pos. P"),
            ("positive_micro_recall", "pos. R"), ("positive_macro_f1", "pos. macro-F1"),
            ("semeval_macro_f1", "SemEval macro-F1"),
@@ -29,59 +28,22 @@ class CompareOptions:
         check_finished(self.runs)
 
 
-def check_finished(runs: list[str]) -> None:
-    for run in runs:
-        if not (Path(run) / "summary.json").is_file():
-            raise UserError(f"{run}: not a finished run directory (no summary.json)")
-
-
-def read_json(path: Path) -> dict:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE + 1)
-        value = json.loads(raw.decode("utf-8"))
-    except (OSError, ValueError, RecursionError) as exc:
-        raise UserError(f"{path}: cannot read it as JSON ({str(exc)[:120]})") from None
-    if len(raw) > MAX_FILE or not isinstance(value, dict):
-        raise UserError(f"{path}: not a run's summary")
-    return value
-
-
-def run_config(run: Path) -> dict:
-    from reltrain.config.train import dotted
-    from reltrain.config.files import read_config_file
-
-    path = run / "config.yaml"
-    return dotted(read_config_file(str(path))) if path.is_file() else {}
-
-
-def config_differences(configs: list[dict]) -> dict:
-    """The flat option keys whose values are not the same in every run, with each run's value
-    (``output_dir``, which always differs, left out)."""
-    keys = sorted(set().union(*configs))
-    return {k: [c.get(k) for c in configs] for k in keys
-            if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
-            and k != "output_dir"}
-
-
 def compare_runs(runs: list[str]) -> dict:
-    """The comparison as plain data (what ``--json`` prints)."""
-    summaries = [read_json(Path(run) / "summary.json") for run in runs]
-    configs = [run_config(Path(run)) for run in runs]
-    tests = [s.get("test") if isinstance(s.get("test"), dict) else {} for s in summaries]
-    relations = list(dict.fromkeys(name for t in tests for name in (t.get("per_class") or {})))
-    differ = config_differences(configs)
+    """The comparison as plain data (what ``--json`` prints), from the runs' views."""
+    view = runs_view(runs, answers=False)
+    tests = [run["test"] for run in view["runs"]]
+    per_class = [run["per_class"] for run in view["runs"]]
+    relations = list(dict.fromkeys(name for classes in per_class for name in classes))
     return {
-        "runs": [{"run_dir": str(run), "encoder": c.get("model.name"),
-                  "world_size": s.get("world_size"), "global_batch_size": s.get("global_batch_size"),
-                  "epochs_run": s.get("epochs_run"), "best": (s.get("best") or {}).get("epoch"),
-                  "negative_label": t.get("negative_label")}
-                 for run, s, c, t in zip(runs, summaries, configs, tests)],
+        "runs": [{"run_dir": run["path"], "encoder": run["encoder"],
+                  "world_size": run["world_size"], "global_batch_size": run["global_batch_size"],
+                  "epochs_run": run["epochs_run"], "best": run["best"]["epoch"],
+                  "negative_label": run["test"].get("negative_label")} for run in view["runs"]],
         "test": {key: [t.get(key) for t in tests] for key, _ in FIGURES
                  if any(isinstance(t.get(key), (int, float)) for t in tests)},
-        "per_relation_f1": {name: [((t.get("per_class") or {}).get(name) or {}).get("f1")
-                                   for t in tests] for name in relations},
-        "config_differences": differ,
+        "per_relation_f1": {name: [(classes.get(name) or {}).get("f1") for classes in per_class]
+                            for name in relations},
+        "config_differences": view["config_differences"],
     }
 
 

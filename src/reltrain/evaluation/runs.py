@@ -1,0 +1,143 @@
+"""What a finished run shows, computed in one place from what it left on disk (``summary.json``,
+``config.yaml``, ``metrics.jsonl``, ``test_predictions.jsonl``): ``reltrain report`` and a
+run's own ``report.html`` render it as a page, ``reltrain compare`` as a table or JSON. A run
+directory may come from someone else: every file is read bounded, and a damaged one is one line."""
+
+from __future__ import annotations
+
+import heapq
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+from reltrain.config.files import read_config_file
+from reltrain.config.train import dotted
+from reltrain.runtime.errors import UserError
+
+MAX_FILE = 64 << 20  # a summary of 10^5 relations is a few MB
+MAX_LINE = 1 << 20  # one line of metrics.jsonl or test_predictions.jsonl
+MAX_ROWS = 1_000_000  # test rows read per run
+SHOWN_MISTAKES = 300  # misclassified rows kept per run (the most confident first)
+
+
+def runs_view(runs: list[str], answers: bool = True) -> dict:
+    """Each run's view (``run_view``) and the options in which the runs differ."""
+    configs = [_flat_config(Path(run)) for run in runs]
+    return {"runs": [run_view(Path(run), config, answers) for run, config in zip(runs, configs)],
+            "config_differences": config_differences(configs) if len(runs) > 1 else {}}
+
+
+def run_view(path: Path, config: dict, answers: bool = True) -> dict:
+    """One run as plain data: what it was, its best epoch, its test figures and per-relation
+    figures, its learning curves and, with ``answers``, the confusion counts and most confident
+    mistakes of its test rows; each file read once."""
+    summary = read_json(path / "summary.json")
+    history = list(_jsonl(path / "metrics.jsonl", 100_000))
+    test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
+    best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
+    return {
+        "name": path.name or str(path), "path": str(path),
+        "encoder": config.get("model.name"),
+        "data": {k: config.get(f"data.{k}") for k in ("train", "valid", "test")},
+        "world_size": summary.get("world_size"),
+        "global_batch_size": summary.get("global_batch_size"),
+        "epochs_run": summary.get("epochs_run"),
+        "best": {k: best.get(k) for k in ("metric", "value", "epoch")},
+        "seconds": sum(r.get("train_seconds") or 0 for r in history),
+        "test": {k: v for k, v in test.items() if k != "per_class"},
+        "per_class": test.get("per_class") if isinstance(test.get("per_class"), dict) else {},
+        "curves": _curves(history),
+        **({"answers": _answers(path)} if answers else {}),
+    }
+
+
+def check_finished(runs: list[str]) -> None:
+    for run in runs:
+        if not (Path(run) / "summary.json").is_file():
+            raise UserError(f"{run}: not a finished run directory (no summary.json)")
+
+
+def read_json(path: Path) -> dict:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE + 1)
+        value = json.loads(raw.decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise UserError(f"{path}: cannot read it as JSON ({str(exc)[:120]})") from None
+    if len(raw) > MAX_FILE or not isinstance(value, dict):
+        raise UserError(f"{path}: not a run's summary")
+    return value
+
+
+def config_differences(configs: list[dict]) -> dict:
+    """The flat option keys whose values are not the same in every run, with each run's value
+    (``output_dir``, which always differs, left out)."""
+    keys = sorted(set().union(*configs))
+    return {k: [c.get(k) for c in configs] for k in keys
+            if len({json.dumps(c.get(k), sort_keys=True) for c in configs}) > 1
+            and k != "output_dir"}
+
+
+def _flat_config(run: Path) -> dict:
+    """The run's options, flat; none if its config.yaml is missing or cannot be read (the view
+    goes on without them)."""
+    path = run / "config.yaml"
+    try:
+        return dotted(read_config_file(str(path))) if path.is_file() else {}
+    except UserError:
+        return {}
+
+
+def _jsonl(path: Path, limit: int) -> Iterator[dict]:
+    """The first ``limit`` objects of a JSON-lines file, one at a time."""
+    if not path.is_file():
+        return
+    kept = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            if kept >= limit or len(raw) > MAX_LINE:
+                break
+            try:
+                row = json.loads(raw.decode("utf-8"))
+            except (ValueError, RecursionError):
+                continue  # a damaged line: the run's own readers say so
+            if isinstance(row, dict):
+                kept += 1
+                yield row
+
+
+def _curves(history: list[dict]) -> list[dict]:
+    out = []
+    for row in history:
+        valid = row.get("valid") if isinstance(row.get("valid"), dict) else {}
+        out.append({"epoch": row.get("epoch"), "train_loss": row.get("train_loss"),
+                    "lr": row.get("lr"),
+                    **{k: valid.get(k) for k in ("positive_micro_f1", "macro_f1", "micro_f1")}})
+    return out
+
+
+def _answers(run: Path) -> dict:
+    """The confusion counts of the test rows and the most confident mistakes (their text), read
+    a row at a time: only ``SHOWN_MISTAKES`` rows are held, however many the test set has."""
+    counts: dict = {}
+    kept: list = []  # (score, -row, row, answer): a min-heap of the most confident mistakes
+    rows = wrong = 0
+    for i, row in enumerate(_jsonl(run / "test_predictions.jsonl", MAX_ROWS)):
+        rows += 1
+        gold, guess = row.get("gold"), row.get("relation")
+        if not isinstance(gold, str) or not isinstance(guess, str):
+            continue
+        counts[f"{gold}\t{guess}"] = counts.get(f"{gold}\t{guess}", 0) + 1
+        if gold != guess:
+            wrong += 1
+            item = (float(row.get("score") or 0), -i, i, row)
+            if len(kept) < SHOWN_MISTAKES:
+                heapq.heappush(kept, item)
+            elif item[:2] > kept[0][:2]:
+                heapq.heapreplace(kept, item)
+    shown = [{"row": i, "text": r.get("text"), "head": r.get("head"), "tail": r.get("tail"),
+              "gold": r.get("gold"), "relation": r.get("relation"), "score": r.get("score"),
+              "gold_score": next((k.get("score") for k in r.get("top_k") or []
+                                  if isinstance(k, dict) and k.get("relation") == r.get("gold")), None)}
+             for _, _, i, r in sorted(kept, key=lambda item: (-item[0], item[2]))]
+    return {"rows": rows, "confusion": counts, "mistakes": shown, "wrong": wrong}
