@@ -66,7 +66,7 @@ def run_reltrain(data: Path, model: str, epochs: int, batch_size: int, workdir: 
     predictor = Predictor.from_checkpoint(summary["checkpoints"]["best"])
     records = [r for name in ("valid", "test") for r in read_records(data / f"{name}.csv").records]
     start = time.perf_counter()
-    predictor.probabilities(records, batch_size=batch_size)
+    predictor.score(predictor.encode(records), batch_size)
     eval_rate = len(records) / (time.perf_counter() - start)
     return {"side": "reltrain", "model": model, "train_sent_per_s": summary["train_sent_per_s_median"],
             "eval_sent_per_s": eval_rate, "test_macro_f1": summary["test"]["macro_f1"],

@@ -187,3 +187,9 @@ def model(small_en, tmp_path_factory) -> Path:
     assert main(["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
     assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
     return root / "model"
+
+
+def scores(model, records, batch_size: int | None = None):
+    """(N, C) probabilities of ``records`` by a ``reltrain.load`` model: its pipeline's
+    encode and score stages."""
+    return model.score(model.encode(records), batch_size)

@@ -13,7 +13,7 @@ import reltrain
 from reltrain.cli import main
 from reltrain.data.readers import read_records
 
-from conftest import data_overrides, encoder_args, read_jsonl, run_cli, user_error
+from conftest import data_overrides, encoder_args, read_jsonl, run_cli, scores, user_error
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +40,8 @@ def exported(small_en, tiny_bert, tmp_path_factory) -> dict:
 def test_the_folder_predicts_like_the_checkpoint(exported, small_en, name):
     checkpoint, folder = exported[name]
     records = read_records(small_en["test"]).records
-    a = reltrain.load(checkpoint).probabilities(records)
-    b = reltrain.load(folder).probabilities(records)
+    a = scores(reltrain.load(checkpoint), records)
+    b = scores(reltrain.load(folder), records)
     np.testing.assert_allclose(b, a, rtol=0, atol=1e-6)
     files = {p.name for p in folder.iterdir()}
     assert {"model.safetensors", "config.json", "README.md"} <= files
@@ -100,8 +100,8 @@ def test_onnx_gives_pytorchs_probabilities_short_long_and_mixed(onnx_folders, sm
     # a CPU with bf16 arithmetic).
     torch_model, onnx_model = reltrain.load(folder, amp="off"), reltrain.load(folder, runtime="onnx")
     for batch in ([by_length[0]], [by_length[-1]], by_length[:3] + by_length[-3:], records):
-        np.testing.assert_allclose(onnx_model.probabilities(batch),
-                                   torch_model.probabilities(batch), rtol=0, atol=1e-4)
+        np.testing.assert_allclose(scores(onnx_model, batch),
+                                   scores(torch_model, batch), rtol=0, atol=1e-4)
 
 
 def test_predict_with_onnx_in_worker_processes_matches_pytorch(onnx_folders, small_en, tmp_path):

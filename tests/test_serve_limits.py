@@ -211,7 +211,7 @@ class _Stub:
         self.release.set()
         self.calls = []
 
-    def predict(self, items, top_k):
+    def answer(self, items, top_k):
         self.release.wait(30)
         self.calls.append(list(items))
         if "bad" in items:
@@ -322,14 +322,14 @@ class _Panic(BaseException):
 
 def test_a_base_exception_fails_its_request_and_the_loop_goes_on():
     stub = _Stub()
-    real = stub.predict
+    real = stub.answer
 
-    def predict(items, top_k):
+    def answer(items, top_k):
         if "panic" in items:
             raise _Panic("tokenizer panicked")
         return real(items, top_k)
 
-    stub.predict = predict
+    stub.answer = answer
 
     async def scenario():
         batcher = Batcher(stub, max_batch=64, max_wait=0, max_queue=100)

@@ -10,7 +10,8 @@ import torch
 import reltrain
 from reltrain.cli import main
 
-from conftest import assert_same_predictions, cli_error, data_overrides, read_jsonl, run_cli, user_error
+from conftest import (assert_same_predictions, cli_error, data_overrides, read_jsonl, run_cli,
+                      scores, user_error)
 
 
 @pytest.fixture(scope="session")
@@ -67,8 +68,8 @@ def test_reload_gives_identical_predictions(trained, small_en):
     from reltrain.data.readers import read_records
 
     records = read_records(small_en["test"]).records
-    a = reltrain.load(trained / "checkpoints/best.pt").probabilities(records)
-    b = reltrain.load(trained / "checkpoints/best.pt").probabilities(records, batch_size=7)
+    a = scores(reltrain.load(trained / "checkpoints/best.pt"), records)
+    b = scores(reltrain.load(trained / "checkpoints/best.pt"), records, 7)
     assert (a == b).all() or abs(a - b).max() < 1e-6
 
 
@@ -365,7 +366,7 @@ def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
     assert second["line"] == 2 and "at least two entities" in second["error"]
     model = reltrain.load(trained / "checkpoints/best.pt")
     single = model.predict_text(text, "Alice Moreau", "Dunmore")
-    pairs = model.predict_pairs(text, entities)
+    pairs = model.predict_rows([{"text": text, "entities": entities}])[0]["pairs"]
     assert pairs[0]["relation"] == single["relation"] == "born_in"
     assert abs(pairs[0]["score"] - single["score"]) < 1e-6
     assert first["pairs"][0]["score"] == pytest.approx(single["score"], abs=1e-6)

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING
 
 from reltrain.runtime import children
 from reltrain.data.readers import STDIN
-from reltrain.data.schema import Record
 from reltrain.runtime.errors import SharedUserError, UserError
 from reltrain.inference import pool
 from reltrain.runtime.output import check_output, output_stream
@@ -76,7 +75,7 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
         if o.data is None:
             record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
             warn_misfit(predictor, [record])
-            lines = iter([Lines([_JSON.encode(r) for r in predictor.predict([record], o.top_k)])])
+            lines = iter([Lines([_JSON.encode(r) for r in predictor.answer([record], o.top_k)])])
         else:
             # Under torchrun each rank predicts whole chunks of its own (chunk i on rank i % W)
             # and rank 0 writes them in input order: the rows meet in the same batches as in one
@@ -174,7 +173,7 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
     first = list(islice(chunks, 1))
     chunks = chain(first, chunks)
     if first and warn:
-        warn_misfit(predictor, _chunk_records(_parsed(first[0][:256], skip_bad_rows=True))[1])
+        warn_misfit(predictor, _good(_parsed(first[0][:256], skip_bad_rows=True)))
     how = pool.mode(predictor, bool(helpers.children))
     if how == "main":
         helpers.close()
@@ -192,8 +191,8 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
                                        chunks, check, local=predictor)
         else:
             encode = partial(_encode_chunk, skip_bad_rows=o.skip_bad_rows)
-            for parsed, split in helpers.map(encode, chunks, check, local=predictor):
-                yield _lines(predictor, parsed, o.top_k, split)
+            for parsed, encoded in helpers.map(encode, chunks, check, local=predictor):
+                yield _lines(predictor, parsed, o.top_k, encoded)
 
 
 def load_predictor(o, ctx: D.DistContext) -> Predictor:
@@ -207,10 +206,10 @@ def load_predictor(o, ctx: D.DistContext) -> Predictor:
     return predictor
 
 
-def warn_misfit(predictor: Predictor, records: list[Record]) -> None:
+def warn_misfit(predictor: Predictor, items: list) -> None:
     """A warning when the rows are not in the model's language or mostly unknown to it: the
     answers would all be one relation, with exit status 0 and nothing else to notice."""
-    warning = predictor.fit_warning(records)
+    warning = predictor.fit_warning(items)
     if warning:
         log.warning("%s", warning)
 
@@ -230,33 +229,30 @@ def _parsed(chunk: list, skip_bad_rows: bool) -> list:
     return out
 
 
-def _chunk_records(parsed: list) -> tuple[list, list[Record]]:
+def _good(parsed: list) -> list:
+    """The rows that parsed (records and sentences), without the bad rows' errors."""
     from reltrain.runtime.errors import DataError
-    from reltrain.inference.predictor import expand
 
-    groups = expand([item for _, item in parsed if not isinstance(item, DataError)])
-    return groups, [rec for _, records in groups for rec in records]
+    return [item for _, item in parsed if not isinstance(item, DataError)]
 
 
 def _encode_chunk(predictor: Predictor, chunk: list, skip_bad_rows: bool):
+    """A helper's share on a GPU: parse and encode; this process scores and writes."""
     parsed = _parsed(chunk, skip_bad_rows)
-    _, flat = _chunk_records(parsed)
-    return parsed, predictor.encode(flat) if flat else None
+    return parsed, predictor.encode(_good(parsed))
 
 
 def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: bool) -> Lines:
     return _lines(predictor, _parsed(chunk, skip_bad_rows), top_k)
 
 
-def _lines(predictor: Predictor, parsed: list, top_k: int, split=None) -> Lines:
-    """The output lines of a chunk of ``(line number, record or DataError)``."""
+def _lines(predictor: Predictor, parsed: list, top_k: int, encoded=None) -> Lines:
+    """The output lines of a chunk of ``(line number, record or DataError)``: the predictor's
+    pipeline over its good rows (``encoded`` already, when a helper did that stage)."""
     from reltrain.runtime.errors import DataError
 
-    groups, flat = _chunk_records(parsed)
-    if split is None and flat:
-        split = predictor.encode(flat)
-    probs = predictor.split_probabilities(split) if flat else None
-    results = iter(predictor.regroup(groups, probs, top_k))
+    encoded = encoded or predictor.encode(_good(parsed))
+    results = iter(predictor.answers(encoded, predictor.score(encoded), top_k))
     encode = _JSON.encode
     return Lines([encode({"line": line, "error": str(item)} if isinstance(item, DataError)
                          else next(results)) for line, item in parsed],

@@ -58,7 +58,7 @@ class Batcher:
     waiting ``max_wait`` seconds for more; one client alone never waits, many share batches. A
     request that fits is never split; one larger than ``max_batch`` goes in slices of
     ``max_batch``, taking turns with the requests that arrive meanwhile. At most ``max_queue``
-    examples wait: beyond that ``Busy``. ``predictor.predict(units, top_k)`` gives one result
+    examples wait: beyond that ``Busy``. ``predictor.answer(units, top_k)`` gives one result
     per unit."""
 
     predictor: object
@@ -143,7 +143,7 @@ class Batcher:
     async def _predict(self, loop, batch: list[_Slice]) -> None:
         units = [unit for piece in batch for unit in piece.units]
         top_k = max(piece.job.top_k for piece in batch)
-        results = await loop.run_in_executor(self.pool, self.predictor.predict, units, top_k)
+        results = await loop.run_in_executor(self.pool, self.predictor.answer, units, top_k)
         self.counts["batches"] += 1
         self.counts["examples"] += len(units)
         if self.metrics is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -70,7 +71,22 @@ class Predictor:
         predictor.card = {"test": artifact.test, "best": artifact.best}
         return predictor
 
-    def encode(self, records: list[Record]) -> Split:
+    # The pipeline: encode (every pair of a sentence, tokenized) -> score -> answers (regrouped
+    # per item); ``answer`` is the three in a row. predict, evaluate, serve and reltrain.load use
+    # these stages, whole or split across processes (a helper encodes, this process scores).
+
+    def answer(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
+        """One answer per ``Record`` or ``EntitySentence``, in order: a record's relation, score
+        and ``top_k`` alternatives; a sentence's with one such answer for every pair."""
+        encoded = self.encode(items)
+        return self.answers(encoded, self.score(encoded, batch_size), top_k)
+
+    def encode(self, items: list) -> "Encoded":
+        """The items' records (a sentence's pairs expanded), tokenized and indexed."""
+        groups = expand(items)
+        records = [rec for _, group in groups for rec in group]
+        if not records:
+            return Encoded(groups, records, None)
         enc = self.encoder
         split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
                                   self.config.data.max_len)
@@ -80,18 +96,40 @@ class Predictor:
             if over.size:
                 raise UserError(f"an entity pair spans {lengths[over[0]]} tokens from its head to "
                                 f"its tail; this model reads at most {self.max_tokens}")
-        return split
+        return Encoded(groups, records, split)
 
-    def fit_warning(self, records: list[Record]) -> str | None:
+    def score(self, encoded: "Encoded", batch_size: int | None = None,
+              progress: bool = False) -> np.ndarray | None:
+        """(N, C) probabilities of the encoded records, in order (None: there are none).
+        ``batch_size``: on a CPU the model's ``cpu_batch_size`` or 128 (the fastest measured,
+        docs/benchmarks.md), 256 on a GPU."""
+        if encoded.split is None:
+            return None
+        data = RelationDataset(encoded.split, self.config.data.pos_limit, self.encoder.pad_id)
+        on_cpu = self.device.type == "cpu"
+        batch_size = batch_size or (getattr(self.model, "cpu_batch_size", 128) if on_cpu else 256)
+        return predict_probs(self.model, data, batch_size, self.device, self.precision, progress)
+
+    def answers(self, encoded: "Encoded", probs: np.ndarray | None, top_k: int = 3) -> list[dict]:
+        """The answers of ``encode``'s items from their records' probabilities, in order."""
+        return group_results(encoded.groups,
+                             result_rows(encoded.records, probs, self.labels, top_k))
+
+    def dataset(self, records: list[Record]) -> RelationDataset:
+        """The records as a dataset, for distributed evaluation (evaluation/evaluate.py)."""
+        return RelationDataset(self.encode(records).split, self.config.data.pos_limit,
+                               self.encoder.pad_id)
+
+    def fit_warning(self, items: list) -> str | None:
         """Why the model may not read these texts (another script than it was trained on, or
         mostly tokens it does not know), to warn with; None when they look like its data. It
         looks at the first rows only: a cost once per run, not per row."""
         from reltrain.data.preprocess import cjk_share
 
-        sample = records[:256]
-        if not any(rec.text.strip() for rec in sample):
+        sample = items[:256]
+        if not any(item.text.strip() for item in sample):
             return None
-        cjk = cjk_share(rec.text for rec in sample)
+        cjk = cjk_share(item.text for item in sample)
         language = self.config.data.language
         if language == "en" and cjk > 0.3:
             return (f"{cjk:.0%} of the characters are Chinese, Japanese or Korean, but this model "
@@ -99,47 +137,15 @@ class Predictor:
         if language == "zh" and cjk < 0.05:
             return (f"only {cjk:.0%} of the characters are Chinese, but this model was trained "
                     f"on Chinese text (data.language=zh): its answers mean little")
-        if self.encoder.unk_id is None:
+        split = self.encode(sample).split
+        if self.encoder.unk_id is None or split is None:
             return None
-        ids = self.encode(sample).token_ids
+        ids = split.token_ids
         unknown = float((ids == self.encoder.unk_id).mean()) if len(ids) else 0.0
         if unknown > 0.5:
             return (f"{unknown:.0%} of the tokens are not in the model's vocabulary: the text is "
                     f"not like what it was trained on, and its answers mean little")
         return None
-
-    def dataset(self, records: list[Record]) -> RelationDataset:
-        return self.split_dataset(self.encode(records))
-
-    def split_dataset(self, split: Split) -> RelationDataset:
-        return RelationDataset(split, self.config.data.pos_limit, self.encoder.pad_id)
-
-    def probabilities(self, records: list[Record], batch_size: int | None = None,
-                      progress: bool = False) -> np.ndarray:
-        """(N, C) probabilities, in the order of ``records``."""
-        return self.split_probabilities(self.encode(records), batch_size, progress)
-
-    def split_probabilities(self, split: Split, batch_size: int | None = None,
-                            progress: bool = False) -> np.ndarray:
-        """(N, C) probabilities of examples already tokenized and indexed. ``batch_size``: on a
-        CPU the model's ``cpu_batch_size`` or 128 (the fastest measured, docs/benchmarks.md), 256
-        on a GPU."""
-        data = self.split_dataset(split)
-        on_cpu = self.device.type == "cpu"
-        batch_size = batch_size or (getattr(self.model, "cpu_batch_size", 128) if on_cpu else 256)
-        return predict_probs(self.model, data, batch_size, self.device, self.precision, progress)
-
-    def predict(self, records: list[Record], top_k: int = 3, batch_size: int | None = None,
-                progress: bool = False) -> list[dict]:
-        return result_rows(records, self.probabilities(records, batch_size, progress),
-                           self.labels, top_k)
-
-    def predict_pairs(self, text: str, entities: list[dict], top_k: int = 3) -> list[dict]:
-        """A prediction for every ordered pair of distinct ``entities`` (``[{"name", "pos"}]``)."""
-        from reltrain.data.rows import entity_sentence
-
-        sentence = entity_sentence({"text": text, "entities": entities})
-        return self.predict_any([sentence], top_k)[0]["pairs"]
 
     def predict_rows(self, rows, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
         """One answer per row, in order, each row a dict as ``reltrain predict`` reads a JSON
@@ -157,26 +163,22 @@ class Predictor:
             except DataError as exc:
                 where = f"rows[{i}]" + (f".{exc.field}" if exc.field else "")
                 raise ValueError(f"{where}: {exc.reason}") from None
-        return self.predict_any(items, top_k, batch_size)
-
-    def predict_any(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
-        """One result per ``Record`` or ``EntitySentence``, in order; all pairs batched together."""
-        groups = expand(items)
-        flat = [rec for _, records in groups for rec in records]
-        probs = self.probabilities(flat, batch_size) if flat else None
-        return self.regroup(groups, probs, top_k)
-
-    def regroup(self, groups: list[tuple[object, list[Record]]], probs: np.ndarray | None,
-                top_k: int) -> list[dict]:
-        """The results of ``expand(items)`` from the probabilities of its records (None: it has
-        none), in order."""
-        records = [rec for _, group in groups for rec in group]
-        return group_results(groups, result_rows(records, probs, self.labels, top_k))
+        return self.answer(items, top_k, batch_size)
 
     def predict_text(self, text: str, head: str, tail: str, head_offset: int | None = None,
                      tail_offset: int | None = None, top_k: int = 3) -> dict:
-        record = make_record(text, head, tail, head_offset, tail_offset)
-        return self.predict([record], top_k)[0]
+        """The answer for one sentence and two entity strings (the first occurrence of each, or
+        at the offsets), as ``reltrain predict --text`` gives it."""
+        return self.answer([make_record(text, head, tail, head_offset, tail_offset)], top_k)[0]
+
+
+@dataclass
+class Encoded:
+    """Items on their way through the pipeline: each with its records, and those tokenized."""
+
+    groups: list[tuple[object, list[Record]]]
+    records: list[Record]
+    split: Split | None
 
 
 def _device(device: str | torch.device) -> torch.device:
