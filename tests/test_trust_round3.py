@@ -151,3 +151,16 @@ def test_compare_lines_up_chinese_relation_names_by_display_width(tmp_path, caps
     assert len(rows) == 5
     # Each figure ends at the same terminal column, whatever the name before it.
     assert len({display_width(row[:row.index("0.5000") + 6]) for row in rows}) == 1
+
+
+def test_the_bundled_example_is_learnt_over_epochs_not_in_one(tmp_path):
+    """reltrain train with no data: the first epoch lands clearly below a perfect score and
+    later epochs improve on it (issue 44: it used to score 1.0000 everywhere after one)."""
+    assert main(["train", "log.progress=false", f"output_dir={tmp_path / 'run'}"]) == 0
+    history = [json.loads(line) for line in
+               (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    first = history[0]["valid"]["positive_micro_f1"]
+    best = max(r["valid"]["positive_micro_f1"] for r in history)
+    assert first < 0.9 and best > first + 0.03, [r["valid"]["positive_micro_f1"] for r in history]
+    test = json.loads((tmp_path / "run" / "summary.json").read_text())["test"]
+    assert test["positive_micro_f1"] < 0.97
