@@ -154,9 +154,9 @@ def tampered_checkpoints(trained) -> dict:
     case("vocabulary without its specials", cnn, lambda p: p.update(vocab=p["vocab"][2:]),
          "must start with <pad>, <unk>")
     case("a width of 10^12", cnn, lambda p: p["config"]["model"].update(word_dim=10**12),
-         "model sizes must be at most")
+         "model.word_dim must be between 1 and 65536, not 1000000000000")
     case("a negative width", cnn, lambda p: p["config"]["model"]["cnn"].update(num_filters=-5),
-         "model sizes must be positive")
+         "model.cnn.num_filters must be between 1 and 65536, not -5")
     case("a width by its pre-release name", cnn, lambda p: p["config"]["model"].update(num_filters=5),
          "unknown key 'model.num_filters'")
     case("an unknown model type", cnn, lambda p: p["config"]["model"].update(name="evil"),
@@ -193,7 +193,7 @@ def test_tampered_checkpoints_are_one_line_each(trained, tmp_path):
     # the command line as users see it: exit 2, one line, no traceback
     payload, match = tampered_checkpoints(trained)["a width of 10^12"]
     line = user_error(run_cli("predict", saved(payload, tmp_path / "wide.pt"), *ASK))
-    assert "model sizes must be at most" in line
+    assert "model.word_dim must be between 1 and 65536" in line
 
 
 def test_a_compressed_checkpoint_member_is_refused_before_reading(trained, tmp_path):

@@ -41,3 +41,25 @@ def test_a_near_miss_is_offered_the_sectioned_name():
     for given in ("model.num_filter=3", "model.num_filters=3"):
         with pytest.raises(UserError, match="did you mean 'model.cnn.num_filters'"):
             load_config(None, [given])
+
+
+def test_every_number_option_states_its_bound_on_its_field():
+    """Bounds stand beside choices on the fields and one loop checks both (check_fields): a new
+    number option without one is refused here. The seed takes any integer; an offset of a
+    --text question is checked with the sentence it points into."""
+    import dataclasses
+
+    from reltrain.config.commands import EvaluateOptions, PredictOptions, ServeOptions
+    from reltrain.config.train import Config
+
+    def unbounded(cls, prefix=""):
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING and dataclasses.is_dataclass(
+                    f.default_factory()):
+                yield from unbounded(type(f.default_factory()), f"{prefix}{f.name}.")
+            elif f.type in ("int", "float", "int | None", "float | None") and not f.metadata.get("bound"):
+                yield prefix + f.name
+
+    assert list(unbounded(Config)) == ["train.seed"]
+    assert list(unbounded(PredictOptions)) == ["head_offset", "tail_offset"]
+    assert list(unbounded(EvaluateOptions)) == list(unbounded(ServeOptions)) == []

@@ -131,7 +131,7 @@ def test_skip_bad_rows_trains_and_reports(small_en, tmp_path, capsys):
 def test_config_errors_and_help(capsys):
     assert user_error(run_cli("train", "train.epochs=abc")).startswith("reltrain: error: bad option")
     assert "train.nope" in user_error(run_cli("train", "train.nope=1"))
-    assert "model.cnn.kernel_sizes must be odd" in user_error(run_cli("train", "model.cnn.kernel_sizes=[2,4]"))
+    assert "model.cnn.kernel_sizes must be 1 to 16 odd" in user_error(run_cli("train", "model.cnn.kernel_sizes=[2,4]"))
     assert "device must be" in user_error(run_cli("train", "device=tpu"))
     with pytest.raises(SystemExit):
         main(["train", "--help"])

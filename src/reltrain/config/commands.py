@@ -11,20 +11,22 @@ import argparse
 from dataclasses import MISSING, dataclass, field, fields
 
 from reltrain.config.checks import check_encoding
-from reltrain.config.train import RUNTIMES, SWITCH, check_choices
+from reltrain.config.train import (AT_LEAST_1, NOT_NEGATIVE, POSITIVE, RUNTIMES, SWITCH, Bound,
+                                   check_fields)
 from reltrain.runtime.devices import AMP_SETTINGS, check_device_name
 from reltrain.runtime.errors import UserError
 
 
 def opt(default=MISSING, help: str = "", *, metavar: str | None = None, flag: str | None = None,
-        kind: type | None = None, choices: tuple | None = None, positional: bool = False):
+        kind: type | None = None, choices: tuple | None = None, bound: Bound | None = None,
+        positional: bool = False):
     """A field that is also a command-line option: ``--name-with-dashes`` unless ``flag`` says
     otherwise; a field without a default (or with ``positional``) is a positional argument, one
     whose default is ``[]`` takes one or more values; a bool is a switch that turns its default
     around (``--no-demo`` for a default of True); ``kind``: the type of a value whose default is
-    None."""
+    None; ``choices`` and ``bound`` are the values it may take (``check_fields``)."""
     meta = {"help": help, "metavar": metavar, "flag": flag, "kind": kind, "choices": choices,
-            "positional": positional}
+            "bound": bound, "positional": positional}
     if default == []:
         return field(default_factory=list, metadata=meta)
     return field(default=default, metadata=meta)
@@ -65,21 +67,13 @@ class ModelOptions:
                    choices=AMP_SETTINGS)
 
     def __post_init__(self):
-        check_choices(self)
+        check_fields(self)
         check_device_name(self.device)
 
 
 def from_args(cls, args: argparse.Namespace):
     """``cls`` from the parsed command line (its fields that the parser has)."""
     return cls(**{f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)})
-
-
-def _bounded(options, names: tuple[str, ...], ok, words: str) -> None:
-    """Each named option (None: not given) passes ``ok``, else ``--name must be <words>``."""
-    for name in names:
-        value = getattr(options, name)
-        if value is not None and not ok(value):
-            raise UserError(f"--{name.replace('_', '-')} must be {words}, not {value:g}")
 
 
 ENCODING_HELP = "the data file's text encoding (default utf-8; gbk, gb18030, utf-16, ...)"
@@ -99,17 +93,18 @@ class PredictOptions(ModelOptions):
                                         "occurrence)", kind=int)
     tail_offset: int | None = opt(None, "character offset of the tail (default: first "
                                         "occurrence)", kind=int)
-    top_k: int = opt(3, "alternatives per answer (default 3)")
+    top_k: int = opt(3, "alternatives per answer (default 3)", bound=AT_LEAST_1)
     output: str | None = opt(None, "write JSON lines here instead of stdout", kind=str,
                              metavar="FILE")
     progress: str = opt("auto", "progress bar with rows/s (auto: on a terminal)", choices=SWITCH)
     workers: int | None = opt(None, "processes that predict chunks of rows, this one included "
                                     "(on a GPU: that tokenize them; default: one per core, at "
-                                    "most 8; 0 or 1: this one alone)", kind=int, metavar="N")
+                                    "most 8; 0 or 1: this one alone)", kind=int, metavar="N",
+                                bound=NOT_NEGATIVE)
     chunk_rows: int = opt(4096, "rows read, predicted and written at a time (default 4096)",
-                          metavar="N")
+                          metavar="N", bound=AT_LEAST_1)
     devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "
-                          "same output as one)", metavar="N")
+                          "same output as one)", metavar="N", bound=NOT_NEGATIVE)
     skip_bad_rows: bool = opt(False, "go on past invalid rows: a {\"line\", \"error\"} line "
                                      "in their place")
     encoding: str = opt("utf-8", ENCODING_HELP, metavar="NAME")
@@ -117,8 +112,6 @@ class PredictOptions(ModelOptions):
     def __post_init__(self):
         super().__post_init__()
         check_encoding(self.encoding, "--encoding")
-        _bounded(self, ("top_k", "chunk_rows"), lambda v: v >= 1, "at least 1")
-        _bounded(self, ("workers", "devices"), lambda v: v >= 0, ">= 0")
         given = [name for name in ("text", "head", "tail", "head_offset", "tail_offset")
                  if getattr(self, name) is not None]
         if self.data is not None and given:
@@ -142,12 +135,11 @@ class EvaluateOptions(ModelOptions):
     skip_bad_rows: bool = opt(False, "go on past invalid rows (each is counted in "
                                      "skipped_rows)")
     encoding: str = opt("utf-8", ENCODING_HELP, metavar="NAME")
-    batch_size: int = 256
+    batch_size: int = field(default=256, metadata={"bound": AT_LEAST_1})
 
     def __post_init__(self):
         super().__post_init__()
         check_encoding(self.encoding, "--encoding")
-        _bounded(self, ("batch_size",), lambda v: v >= 1, "at least 1")
         if self.negative_label is not None and not self.negative_label.strip():
             raise UserError("--negative-label must be auto, none or a label, not empty")
 
@@ -157,41 +149,40 @@ class ServeOptions(ModelOptions):
     model: str = opt(help="an exported folder, a run directory or a .pt checkpoint")
     host: str = opt("127.0.0.1", "address to listen on (default 127.0.0.1; 0.0.0.0 for every "
                                  "interface)")
-    port: int = opt(8000, "(default 8000)")
+    port: int = opt(8000, "(default 8000)", bound=Bound(lambda v: 0 <= v <= 65535, "from 0 to 65535"))
     max_batch: int = opt(64, "examples per model batch (default 64; 1: no micro-batching)",
-                         metavar="N")
+                         metavar="N", bound=AT_LEAST_1)
     max_wait_ms: float = opt(0.0, "how long a batch waits for more requests (default 0: it takes "
-                                  "what queued while the model was busy)", metavar="MS")
+                                  "what queued while the model was busy)", metavar="MS",
+                             bound=NOT_NEGATIVE)
     workers: int = opt(1, "server processes, each with the model and the cores shared (default 1)",
-                       metavar="N")
-    top_k: int = opt(3, "alternatives per answer (a request may ask ?top_k=N)")
+                       metavar="N", bound=AT_LEAST_1)
+    top_k: int = opt(3, "alternatives per answer (a request may ask ?top_k=N)", bound=AT_LEAST_1)
     max_items: int = opt(1024, "examples per request, each pair of a sentence's entities counting "
-                               "(default 1024)", metavar="N")
-    max_text_chars: int = opt(10_000, "characters per text (default 10000)", metavar="N")
+                               "(default 1024)", metavar="N", bound=AT_LEAST_1)
+    max_text_chars: int = opt(10_000, "characters per text (default 10000)", metavar="N",
+                              bound=AT_LEAST_1)
     max_request_chars: int = opt(1_000_000, "characters of text one request may ask to read, each "
                                             "example (every entity pair) reading its whole text; "
-                                            "more: 413 (default 1000000)", metavar="N")
+                                            "more: 413 (default 1000000)", metavar="N",
+                                 bound=AT_LEAST_1)
     max_queue: int = opt(4096, "examples waiting for the model at most; more: 503 with "
-                               "Retry-After (default 4096)", metavar="N")
+                               "Retry-After (default 4096)", metavar="N", bound=AT_LEAST_1)
     max_connections: int = opt(1000, "open connections per worker process; more: 503 (default "
-                                     "1000)", metavar="N")
+                                     "1000)", metavar="N", bound=AT_LEAST_1)
     body_timeout_s: float = opt(30.0, "a request body slower than this: 408 (default 30)",
-                                metavar="S")
+                                metavar="S", bound=POSITIVE)
     drain_timeout_s: float = opt(30.0, "on SIGTERM/SIGINT, how long requests in flight may finish "
-                                       "(default 30; a second signal stops at once)", metavar="S")
+                                       "(default 30; a second signal stops at once)", metavar="S",
+                                 bound=POSITIVE)
     access_log: bool = opt(False, "one JSON line per request on stderr (request id, status, time)")
     demo: bool = opt(True, "no demo page at GET / (the JSON API only)")
-    max_body_bytes: int = 1_000_000
-    threads: int = 0  # torch threads per process; 0: the cores shared among the workers
+    max_body_bytes: int = field(default=1_000_000, metadata={"bound": AT_LEAST_1})
+    # torch threads per process; 0: the cores shared among the workers
+    threads: int = field(default=0, metadata={"bound": NOT_NEGATIVE})
 
     def __post_init__(self):
         super().__post_init__()
-        _bounded(self, ("max_batch", "top_k", "max_items", "max_text_chars", "max_request_chars",
-                        "max_body_bytes", "max_queue", "workers", "max_connections"),
-                 lambda v: v >= 1, "at least 1")
-        _bounded(self, ("body_timeout_s", "drain_timeout_s"), lambda v: v > 0, "positive")
-        _bounded(self, ("max_wait_ms", "threads"), lambda v: v >= 0, ">= 0")
-        _bounded(self, ("port",), lambda v: 0 <= v <= 65535, "from 0 to 65535")
         if self.max_queue < self.max_items:
             raise UserError(f"--max-queue ({self.max_queue}) must hold at least one request of "
                             f"--max-items ({self.max_items}) examples")
@@ -208,6 +199,6 @@ class ExportOptions:
                                      "reltrain[onnx])", choices=EXPORT_FORMATS)
 
     def __post_init__(self):
-        check_choices(self)
+        check_fields(self)
         if not str(self.out_dir).strip():
             raise UserError("OUT_DIR must name the folder to write")

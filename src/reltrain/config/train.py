@@ -7,7 +7,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Callable
 
 from reltrain.runtime.devices import AMP_SETTINGS
 from reltrain.runtime.errors import UserError
@@ -19,23 +19,45 @@ SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive
                   "semeval_macro_f1", "loss")
 
 
-def check_choices(options, prefix: str = "--") -> None:
-    """Each field of the dataclass ``options`` with ``choices`` in its metadata holds one of them,
-    nested ones too; with the prefix ``--`` a field is named as its flag (``--top-k``)."""
+@dataclass(frozen=True)
+class Bound:
+    """The values a number option may take, and how to say so ("at least 1")."""
+
+    ok: Callable[[float], bool]
+    words: str
+
+
+AT_LEAST_1 = Bound(lambda v: v >= 1, "at least 1")
+NOT_NEGATIVE = Bound(lambda v: v >= 0, ">= 0")
+POSITIVE = Bound(lambda v: v > 0, "positive")
+DROPOUT = Bound(lambda v: 0 <= v < 1, "in [0, 1)")
+# A config may come from a stranger's checkpoint: no model of 10^12 widths or layers.
+MAX_WIDTH, MAX_LAYERS = 65536, 256
+WIDTH = Bound(lambda v: 1 <= v <= MAX_WIDTH, f"between 1 and {MAX_WIDTH}")
+LAYERS = Bound(lambda v: 1 <= v <= MAX_LAYERS, f"between 1 and {MAX_LAYERS}")
+
+
+def check_fields(options, prefix: str = "--") -> None:
+    """Each field of the dataclass ``options`` holds one of its ``choices`` and lies within its
+    ``bound`` (metadata), nested ones too: every option's own check, in one loop. With the prefix
+    ``--`` a field is named as its flag (``--top-k``)."""
     for f in dataclasses.fields(options):
-        value, choices = getattr(options, f.name), f.metadata.get("choices")
+        value, choices, bound = getattr(options, f.name), f.metadata.get("choices"), f.metadata.get("bound")
+        name = prefix + (f.name.replace("_", "-") if prefix == "--" else f.name)
         if dataclasses.is_dataclass(value):
-            check_choices(value, f"{prefix}{f.name}.")
+            check_fields(value, f"{prefix}{f.name}.")
         elif choices and value not in choices:
-            name = prefix + (f.name.replace("_", "-") if prefix == "--" else f.name)
             raise UserError(f"{name} must be {', '.join(choices[:-1])} or {choices[-1]}, "
                             f"not '{value}'")
+        elif bound and value is not None and not bound.ok(value):
+            shown = value if isinstance(value, int) else f"{value:g}"
+            raise UserError(f"{name} must be {bound.words}, not {shown}")
 
 
-def _opt(default, help: str, choices: tuple | None = None):
-    """An option with its help, and its only values where it has a fixed set
-    (``check_choices`` refuses any other)."""
-    meta = {"help": help, "choices": choices}
+def _opt(default, help: str, choices: tuple | None = None, bound: Bound | None = None):
+    """An option with its help, and its only values where it has a fixed set or a range
+    (``check_fields`` refuses any other)."""
+    meta = {"help": help, "choices": choices, "bound": bound}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)
     return field(default=default, metadata=meta)
@@ -51,44 +73,50 @@ class DataConfig:
     tokenizer: str = _opt("auto", "auto (zh: jieba, en: word), jieba, char or word",
                           ("auto", "jieba", "char", "word"))
     lowercase: bool = _opt(True, "lower-case English tokens")
-    max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities")
-    min_freq: int = _opt(2, "a training token needs this many occurrences to enter the vocabulary")
-    max_vocab: int = _opt(0, "the most frequent training tokens kept (after min_freq); 0: all")
-    pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]")
+    max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities",
+                        bound=Bound(lambda v: 8 <= v <= 1_000_000, "between 8 and 1000000"))
+    min_freq: int = _opt(2, "a training token needs this many occurrences to enter the vocabulary",
+                         bound=AT_LEAST_1)
+    max_vocab: int = _opt(0, "the most frequent training tokens kept (after min_freq); 0: all",
+                          bound=Bound(lambda v: v >= 0, "0 (no cap) or more"))
+    pos_limit: int = _opt(30, "relative positions to head/tail are clipped to [-pos_limit, pos_limit]",
+                          bound=Bound(lambda v: 1 <= v <= 100_000, "between 1 and 100000"))
     skip_bad_rows: bool = _opt(False, "skip invalid rows (and report them) instead of stopping")
     encoding: str = _opt("utf-8", "the data and label files' text encoding: utf-8 (a BOM is "
                                   "allowed), gbk, gb18030, utf-16, ...")
     cache_dir: str = _opt("", "preprocessing cache; empty: $XDG_CACHE_HOME/reltrain")
     bucket: bool = _opt(True, "group training batches by similar length: less padding, faster "
                               "(docs/benchmarks.md)")
-    num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)")
-    preprocess_workers: int = _opt(0, "processes that tokenize for the cache; 0: one per core (<= 8)")
+    num_workers: int = _opt(0, "DataLoader worker processes (batches are built vectorised)",
+                            bound=NOT_NEGATIVE)
+    preprocess_workers: int = _opt(0, "processes that tokenize for the cache; 0: one per core (<= 8)",
+                                   bound=Bound(lambda v: v >= 0, "0 (one per core) or more"))
 
 
 @dataclass
 class CNNConfig:
     kernel_sizes: list[int] = _opt([3, 5, 7], "odd convolution widths")
-    num_filters: int = _opt(128, "filters per kernel size")
+    num_filters: int = _opt(128, "filters per kernel size", bound=WIDTH)
     activation: str = _opt("relu", "relu, gelu or tanh", ("relu", "gelu", "tanh"))
 
 
 @dataclass
 class BiLSTMConfig:
-    hidden: int = _opt(150, "hidden size per direction")
-    layers: int = _opt(2, "stacked layers")
+    hidden: int = _opt(150, "hidden size per direction", bound=WIDTH)
+    layers: int = _opt(2, "stacked layers", bound=LAYERS)
     pooling: str = _opt("attention", "attention (Att-BLSTM), max or last",
                         ("attention", "max", "last"))
 
 
 @dataclass
 class TransformerConfig:
-    dim: int = _opt(128, "model width")
-    layers: int = _opt(3, "encoder layers")
-    heads: int = _opt(4, "attention heads")
-    ff: int = _opt(256, "feed-forward size")
+    dim: int = _opt(128, "model width", bound=WIDTH)
+    layers: int = _opt(3, "encoder layers", bound=LAYERS)
+    heads: int = _opt(4, "attention heads", bound=WIDTH)
+    ff: int = _opt(256, "feed-forward size", bound=WIDTH)
     positions: str = _opt("sinusoidal", "sinusoidal or learned token positions",
                           ("sinusoidal", "learned"))
-    dropout: float = _opt(0.1, "dropout inside the encoder layers")
+    dropout: float = _opt(0.1, "dropout inside the encoder layers", bound=DROPOUT)
 
 
 @dataclass
@@ -99,16 +127,18 @@ class LMConfig:
     markers: str = _opt("plain", "plain entity markers, or typed (from head_type/tail_type "
                                   "columns)", ("plain", "typed"))
     add_chars: int = _opt(2, "characters the tokenizer reads as [UNK] and seen this often in the "
-                             "training text get their own token, learned at train.lr (0: off)")
-    dropout: float = _opt(0.1, "dropout before the classifier")
+                             "training text get their own token, learned at train.lr (0: off)",
+                       bound=NOT_NEGATIVE)
+    dropout: float = _opt(0.1, "dropout before the classifier", bound=DROPOUT)
 
 
 @dataclass
 class ModelConfig:
     name: str = _opt("cnn", "encoder: cnn, pcnn, bilstm, transformer or lm")
-    word_dim: int = _opt(100, "word embedding size")
-    pos_dim: int = _opt(10, "size of each of the two position embeddings")
-    dropout: float = _opt(0.5, "dropout before the classifier (model.lm.dropout for lm)")
+    word_dim: int = _opt(100, "word embedding size", bound=WIDTH)
+    pos_dim: int = _opt(10, "size of each of the two position embeddings", bound=WIDTH)
+    dropout: float = _opt(0.5, "dropout before the classifier (model.lm.dropout for lm)",
+                          bound=DROPOUT)
     word_vectors: str = _opt("", "word2vec/GloVe file (.txt, or .bin for binary word2vec) to start from")
     freeze_embeddings: bool = _opt(False, "keep word_vectors fixed during training")
     cnn: CNNConfig = field(default_factory=CNNConfig)  # also pcnn's
@@ -125,31 +155,36 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    epochs: int = _opt(10, "passes over the training data")
-    batch_size: int = _opt(32, "examples per process and micro-batch")
+    epochs: int = _opt(10, "passes over the training data", bound=AT_LEAST_1)
+    batch_size: int = _opt(32, "examples per process and micro-batch", bound=AT_LEAST_1)
     accum_steps: int = _opt(1, "micro-batches per optimizer step; global batch = world size x "
-                               "batch_size x accum_steps")
+                               "batch_size x accum_steps", bound=AT_LEAST_1)
     global_batch_size: int = _opt(0, "examples per optimizer step on any hardware: accum_steps is "
-                                     "derived from it; 0: world size x batch_size x accum_steps")
+                                     "derived from it; 0: world size x batch_size x accum_steps",
+                                  bound=Bound(lambda v: v >= 0, ">= 0 (0: derived)"))
     eval_batch_size: int = _opt(64, "examples per evaluation batch (larger ones cost memory and "
-                                    "saved no time: docs/benchmarks.md)")
-    lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)")
-    encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder")
-    weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)")
+                                    "saved no time: docs/benchmarks.md)", bound=AT_LEAST_1)
+    lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)", bound=POSITIVE)
+    encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder", bound=POSITIVE)
+    weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)",
+                               bound=NOT_NEGATIVE)
     schedule: str = _opt("auto", "auto (lm: linear, else plateau), plateau (on the selection "
                                  "metric) or linear", ("auto", "plateau", "linear"))
-    warmup_ratio: float = _opt(0.1, "linear schedule: share of the steps spent warming up")
+    warmup_ratio: float = _opt(0.1, "linear schedule: share of the steps spent warming up",
+                               bound=DROPOUT)
     amp: str = _opt("auto", "mixed precision for training, evaluation and test: auto (lm: bf16 on a "
                             "GPU or CPU with bf16 arithmetic, else fp32), off, bf16 or fp16 (CUDA)",
                    AMP_SETTINGS)
-    lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)")
-    lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs")
-    grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off")
+    lr_factor: float = _opt(0.5, "ReduceLROnPlateau factor (on the selection metric)",
+                            bound=Bound(lambda v: 0 < v < 1, "in (0, 1)"))
+    lr_patience: int = _opt(2, "ReduceLROnPlateau patience in epochs", bound=NOT_NEGATIVE)
+    grad_clip: float = _opt(5.0, "clip the gradient norm to this; 0: off", bound=NOT_NEGATIVE)
     sparse_embeddings: str = _opt("auto", "update only the word-embedding rows a step used "
                                           "(SparseAdam), so a step costs the same at any "
                                           "vocabulary size: auto (on a CPU, for reltrain's own "
                                           "encoders), true or false", SWITCH)
-    early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off")
+    early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off",
+                               bound=Bound(lambda v: v >= 0, ">= 0 (0: off)"))
     select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
                                       "plateau and early stopping: auto (positive_micro_f1 where "
                                       "the labels have a negative relation, else macro_f1), "
@@ -173,15 +208,16 @@ class DistConfig:
                          ("auto", "single", "ddp", "dp"))
     backend: str = _opt("auto", "auto (nccl on CUDA, gloo on CPU), nccl or gloo",
                         ("auto", "nccl", "gloo"))
-    timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails")
+    timeout_s: int = _opt(1800, "seconds a collective may wait before the job fails", bound=POSITIVE)
     find_unused_parameters: bool = _opt(False, "for encoders with parameters a step may not use")
     dp_devices: list[int] = _opt([], "GPU ids for strategy=dp; empty: all visible")
 
 
 @dataclass
 class CheckpointConfig:
-    every_steps: int = _opt(0, "also checkpoint every N optimizer steps (mid-epoch); 0: epoch ends only")
-    keep: int = _opt(2, "periodic checkpoints kept besides last.pt and best.pt")
+    every_steps: int = _opt(0, "also checkpoint every N optimizer steps (mid-epoch); 0: epoch ends only",
+                           bound=NOT_NEGATIVE)
+    keep: int = _opt(2, "periodic checkpoints kept besides last.pt and best.pt", bound=AT_LEAST_1)
 
 
 @dataclass
@@ -202,7 +238,8 @@ class Config:
     resume: str = _opt("auto", "auto (latest good checkpoint in output_dir, else fresh), never, or a PATH")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     output_dir: str = _opt("", "run directory; empty: runs/<time>-<model>")
-    devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only")
+    devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only",
+                       bound=NOT_NEGATIVE)
 
 
 # The figures of a metrics dict where higher is better (the positive ones only where the labels
