@@ -331,7 +331,9 @@ def _memory(ctx: D.DistContext) -> dict:
 
 def _print_summary(summary: dict) -> None:
     best = summary["best"]
-    lines = [f"run directory: {summary['run_dir']}"]
+    page = Path(summary["run_dir"]) / "report.html"
+    lines = [f"run directory: {summary['run_dir']}"
+             + (f" (its page: {page}, to open in a browser)" if page.is_file() else "")]
     if best and best["metric"]:
         lines.append(f"best checkpoint: epoch {best['epoch']} by valid {best['metric']} "
                      f"{best['value']:.4f}")

@@ -103,7 +103,8 @@ def _codec(encoding: str) -> str:
 def _not_text(byte: int, encoding: str) -> str:
     name = _codec(encoding).replace("-sig", "").upper()
     return (f"not {name} text (byte 0x{byte:02x}); save the file as UTF-8, or name its encoding "
-            f"with data.encoding (e.g. gbk, gb18030, utf-16: what Excel on Chinese Windows writes)")
+            f"with data.encoding (--encoding for predict, evaluate and inspect), e.g. gbk, "
+            f"gb18030 or utf-16, what Excel on Chinese Windows writes")
 
 
 def read_records(path: str | Path, labels: list[str] | None = None, *,
