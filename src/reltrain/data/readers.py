@@ -63,7 +63,7 @@ def read_lines(path: str | Path, encoding: str = "utf-8") -> Iterator[str]:
             raise UserError(f"{path}: cannot read: {exc.strerror}") from None
     content = False
     with f:
-        for number, line in enumerate(_decoded_lines(f, path, encoding), start=1):
+        for line in _decoded_lines(f, path, encoding):
             content = content or bool(line.strip())
             yield line
     if not content:

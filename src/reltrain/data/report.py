@@ -23,8 +23,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None,
     first few named as ``file:line: field: why``, apart from the rows read."""
     splits, sentences = {}, {}
     for name, path in files.items():
-        counts, example_keys, text_keys, rows, bad = Counter(), [], [], 0, []
-        bad_rows = 0
+        counts, example_keys, text_keys, rows, bad_rows, bad = Counter(), [], [], 0, 0, []
         for _, build in iter_rows(path, require_relation=name == "train", encoding=encoding):
             try:
                 rec = build()
