@@ -43,7 +43,7 @@ from reltrain.runtime import distributed as D  # noqa: E402
 from reltrain.runtime.precision import resolve as resolve_precision  # noqa: E402
 from reltrain.training.optim import (Schedule, build_loss, build_optimizer,  # noqa: E402
                                     sparse_embedding)
-from reltrain.training.trainer import Trainer  # noqa: E402
+from reltrain.training.trainer import Selection, Trainer, TrainParts  # noqa: E402
 
 AMP = {"off": None, "bf16": torch.bfloat16}
 
@@ -102,8 +102,9 @@ def measure_train(cfg, prepared, sets, model, seconds: float, min_steps: int = 1
     schedule = Schedule(optimizer, cfg.train, sampler.num_batches, pretrained)
     loss = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels))
     precision = resolve_precision(cfg.train.amp, ctx.device, pretrained)
-    trainer = Trainer(model, optimizer, schedule, loss, None, None, prepared.labels, cfg.train,
-                      None, ctx, precision=precision, scaler=torch.amp.GradScaler("cpu", enabled=False))
+    parts = TrainParts(model, optimizer, schedule, loss, None, None, None, precision,
+                       torch.amp.GradScaler("cpu", enabled=False))
+    trainer = Trainer(parts, cfg.train, ctx, Selection(prepared.labels))
     opt_time = [0.0]
 
     def timed(step_fn):

@@ -41,7 +41,7 @@ from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (Resumed, describe_resume, find_resume, load_best_weights,
                                       run_complete)
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
-from reltrain.training.trainer import Trainer
+from reltrain.training.trainer import Selection, Trainer, TrainParts
 
 log = logging.getLogger("reltrain.train")
 
@@ -194,10 +194,10 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
     checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
                                 scaler=scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
-    trainer = Trainer(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
-                      prepared.labels, cfg.train, checkpointer, ctx, callbacks, progress,
-                      every_steps=cfg.ckpt.every_steps, stop=stop, precision=precision,
-                      scaler=scaler, select=select, negative=negative)
+    parts = TrainParts(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
+                       checkpointer, precision, scaler, callbacks)
+    trainer = Trainer(parts, cfg.train, ctx, Selection(prepared.labels, select, negative),
+                      progress, every_steps=cfg.ckpt.every_steps, stop=stop)
     return _Parts(trainer, sets, callbacks)
 
 

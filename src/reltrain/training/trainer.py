@@ -6,6 +6,8 @@ import logging
 import math
 import signal
 import time
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 import torch.nn as nn
@@ -14,7 +16,7 @@ from reltrain.artifacts.checkpoint_format import EpochProgress, TrainState
 from reltrain.config.train import METRICS
 from reltrain.runtime.errors import Preempted, SharedUserError
 from reltrain.models.dropout import example_noise_seeds
-from reltrain.runtime.precision import FP32
+from reltrain.runtime.precision import FP32, Precision
 from reltrain.runtime import distributed as D
 from reltrain.evaluation.evaluate import evaluate
 from reltrain.evaluation.metrics import better
@@ -23,20 +25,42 @@ from reltrain.training.optim import clip_gradients
 log = logging.getLogger(__name__)
 
 
+@dataclass
+class TrainParts:
+    """What a Trainer works with, built and handed over by commands/train.py."""
+
+    model: nn.Module  # wrapped for DDP or DataParallel where the launch asks for it
+    optimizer: Any  # optim.Optimizers
+    schedule: Any  # optim.Schedule
+    loss_fn: nn.Module
+    train_loader: Any  # its batch sampler cuts the global batches (data/dataset.py)
+    valid_set: Any  # a RelationDataset, or None: the latest epoch is the best one
+    checkpointer: Any  # training/checkpoint.Checkpointer
+    precision: Precision = FP32
+    scaler: Any = None  # torch.amp.GradScaler: a pass-through unless fp16
+    callbacks: list = field(default_factory=list)
+
+
+@dataclass
+class Selection:
+    """How validation picks the best epoch: the labels, the figure (resolved for this data,
+    evaluation/metrics.resolve_select) and the negative relation's index."""
+
+    labels: list[str]
+    metric: str = "macro_f1"
+    negative: int | None = None
+
+
 class Trainer:
-    def __init__(self, model: nn.Module, optimizer, schedule, loss_fn: nn.Module, train_loader,
-                 valid_set, labels: list[str], train_cfg, checkpointer, ctx: D.DistContext,
-                 callbacks=(), progress: bool = False, every_steps: int = 0, stop=None,
-                 precision=None, scaler=None, select: str = "macro_f1",
-                 negative: int | None = None):
-        self.model, self.optimizer, self.schedule = model, optimizer, schedule
-        self.precision, self.scaler = precision or FP32, scaler
-        self.loss_fn, self.train_loader, self.valid_set = loss_fn, train_loader, valid_set
-        self.labels, self.cfg, self.checkpointer = labels, train_cfg, checkpointer
-        self.callbacks, self.progress = list(callbacks), progress
+    def __init__(self, parts: TrainParts, train_cfg, ctx: D.DistContext, selection: Selection,
+                 progress: bool = False, every_steps: int = 0, stop=None):
+        self.model, self.optimizer, self.schedule = parts.model, parts.optimizer, parts.schedule
+        self.precision, self.scaler = parts.precision, parts.scaler
+        self.loss_fn, self.train_loader, self.valid_set = parts.loss_fn, parts.train_loader, parts.valid_set
+        self.checkpointer, self.callbacks = parts.checkpointer, list(parts.callbacks)
+        self.labels, self.select, self.negative = selection.labels, selection.metric, selection.negative
+        self.cfg, self.ctx, self.progress = train_cfg, ctx, progress
         self.every_steps, self.stop = every_steps, stop
-        self.ctx = ctx
-        self.select, self.negative = select, negative  # resolved: evaluation/metrics.py
         self.partial = EpochProgress()
         self._vote_every = 1 if self.ctx.world_size == 1 else 8
 
