@@ -251,7 +251,8 @@ def _lines(predictor: Predictor, parsed: list, top_k: int, encoded=None) -> Line
     pipeline over its good rows (``encoded`` already, when a helper did that stage)."""
     from reltrain.runtime.errors import DataError
 
-    encoded = encoded or predictor.encode(_good(parsed))
+    if encoded is None:
+        encoded = predictor.encode(_good(parsed))
     results = iter(predictor.answers(encoded, predictor.score(encoded), top_k))
     encode = _JSON.encode
     return Lines([encode({"line": line, "error": str(item)} if isinstance(item, DataError)

@@ -31,7 +31,7 @@ def run_view(path: Path, config: dict, answers: bool = True) -> dict:
     """One run as plain data: what it was, its best epoch, its test figures and per-relation
     figures, its learning curves and, with ``answers``, the confusion counts and most confident
     mistakes of its test rows; each file read once."""
-    summary = read_json(path / "summary.json")
+    summary = _read_json(path / "summary.json")
     history = list(_jsonl(path / "metrics.jsonl", 100_000))
     test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
     best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
@@ -57,7 +57,7 @@ def check_finished(runs: list[str]) -> None:
             raise UserError(f"{run}: not a finished run directory (no summary.json)")
 
 
-def read_json(path: Path) -> dict:
+def _read_json(path: Path) -> dict:
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_FILE + 1)

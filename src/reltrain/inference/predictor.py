@@ -137,8 +137,12 @@ class Predictor:
         if language == "zh" and cjk < 0.05:
             return (f"only {cjk:.0%} of the characters are Chinese, but this model was trained "
                     f"on Chinese text (data.language=zh): its answers mean little")
-        split = self.encode(sample).split
-        if self.encoder.unk_id is None or split is None:
+        if self.encoder.unk_id is None:
+            return None
+        # The first records only: a sentence of many entities expands into many pairs.
+        records = [rec for _, group in expand(sample) for rec in group][:256]
+        split = self.encode(records).split
+        if split is None:
             return None
         ids = split.token_ids
         unknown = float((ids == self.encoder.unk_id).mean()) if len(ids) else 0.0
