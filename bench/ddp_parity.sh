@@ -9,7 +9,7 @@ OUT=$(mktemp -d /tmp/reltrain-parity-XXXX)
 C="data.train=$D/train.csv data.valid=$D/valid.csv data.test=$D/test.csv data.labels=$D/relation.csv data.language=zh log.progress=false"
 for n in "${@:-2}"; do
   OMP_NUM_THREADS=1 torchrun --standalone --nproc_per_node=$n -m reltrain train device=cpu $C output_dir=$OUT/ddp$n > $OUT/ddp$n.log 2>&1
-  python -m reltrain evaluate $OUT/ddp$n/checkpoints/best.pt $D/test.csv > $OUT/eval$n.json
+  python -m reltrain evaluate $OUT/ddp$n/checkpoints/best $D/test.csv > $OUT/eval$n.json
   python -m reltrain train $C train.batch_size=$((32 * n)) output_dir=$OUT/single$n > $OUT/single$n.log 2>&1
   python - "$OUT" "$n" <<'PY'
 import json, sys

@@ -44,7 +44,7 @@ def train_and_export(work: Path, name: str, data: list[str], extra: list[str]) -
     reltrain("train", *data, "train.epochs=1", "log.progress=false", f"data.cache_dir={work / 'cache'}", f"output_dir={run}", *extra,
              env={"HF_HUB_OFFLINE": "1"})
     folder = work / f"model-{name}"
-    reltrain("export", str(run / "checkpoints" / "best.pt"), str(folder), "--format", "onnx")
+    reltrain("export", str(run / "checkpoints" / "best"), str(folder), "--format", "onnx")
     return folder
 
 

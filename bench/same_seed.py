@@ -1,5 +1,5 @@
 """Same seed, same model? Trains the same deepke-zh run in several fresh processes and counts the
-distinct models (by a hash of ``last.pt``'s weights), with each run's test macro-F1. One model is
+distinct models (by a hash of ``checkpoints/last``'s weights), with each run's test macro-F1. One model is
 the promise; a second one means something in training is not reproducible on this machine
 (docs/benchmarks.md, "Same seed, same model", found one on an Intel Xeon).
 
@@ -21,13 +21,14 @@ from collections import Counter
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from deepke_runs import DEFAULT_DATA, train_deepke  # noqa: E402
 
 
 def weights_hash(checkpoint: Path) -> str:
-    model = torch.load(checkpoint, weights_only=True)["model"]
+    model = load_file(str(checkpoint / "model.safetensors"))
     digest = hashlib.sha256()
     for name in sorted(model):
         digest.update(name.encode() + model[name].numpy().tobytes())
@@ -60,7 +61,7 @@ def main() -> None:
             out = Path(tmp) / f"run{run}"
             summary = train_deepke(args.data, out, Path(tmp) / "cache", 1, args.threads,
                                    ["model.name=cnn", f"train.seed={args.seed}", *args.overrides])
-            model = weights_hash(out / "checkpoints" / "last.pt")
+            model = weights_hash(out / "checkpoints" / "last")
             seen[model] += 1
             print(f"run {run}: test macro-F1 {summary['test']['macro_f1']:.4f}  weights {model}",
                   flush=True)

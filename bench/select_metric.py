@@ -1,4 +1,4 @@
-"""Which validation figure should pick best.pt (``train.select_metric``)? Trains the CNN on
+"""Which validation figure should pick checkpoints/best (``train.select_metric``)? Trains the CNN on
 deepke-zh as it is and on a copy where five of its relations become the negative relation
 ``None`` (two thirds of the rows, as in TACRED-like data), with each selection and several seeds,
 and prints the test figures of the selected checkpoint side by side.

@@ -57,7 +57,7 @@ def train_model(data: Path, work: Path) -> Path:
                   f"data.labels={data / 'relation.csv'}", "data.language=zh", "train.epochs=1",
                   "log.progress=false", f"data.cache_dir={work / 'cache'}",
                   f"output_dir={run}"],
-                 ["export", str(run / "checkpoints" / "best.pt"), str(work / "model")]):
+                 ["export", str(run / "checkpoints" / "best"), str(work / "model")]):
         subprocess.run([sys.executable, "-m", "reltrain", *args], check=True, capture_output=True)
     return work / "model"
 

@@ -185,7 +185,7 @@ def model(small_en, tmp_path_factory) -> Path:
 
     root = tmp_path_factory.mktemp("serve")
     assert main(["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=32", f"output_dir={root / 'run'}"]) == 0
-    assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
+    assert main(["export", str(root / "run/checkpoints/best"), str(root / "model")]) == 0
     return root / "model"
 
 
@@ -193,3 +193,62 @@ def scores(model, records, batch_size: int | None = None):
     """(N, C) probabilities of ``records`` by a ``reltrain.load`` model: its pipeline's
     encode and score stages."""
     return model.score(model.encode(records), batch_size)
+
+
+def weights_of(folder: Path) -> dict:
+    """The weights of a model folder (a checkpoint or an export)."""
+    from safetensors.torch import load_file
+
+    return load_file(str(Path(folder) / "model.safetensors"))
+
+
+def training_of(folder: Path) -> dict:
+    """A checkpoint folder's training state, as saved."""
+    import torch
+
+    return torch.load(Path(folder) / "training_state.pt", weights_only=True)
+
+
+def payload_of(folder: Path) -> dict:
+    """A model folder's parts as plain values (``write_folder`` writes them back), so a test
+    can change one the way a stranger could."""
+    folder = Path(folder)
+    card = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    tok = card["tokenizer"]
+    payload = {"config": card["reltrain_config"], "hf_config": card["hf_config"],
+               "labels": [card["id2label"][str(i)] for i in range(len(card["id2label"]))],
+               "model": weights_of(folder), "vocab": None, "lm": None}
+    if tok["kind"] == "words":
+        payload["vocab"] = json.loads((folder / "vocab.json").read_text(encoding="utf-8"))
+    else:
+        payload["lm"] = {"types": tok["types"], "added": tok["added"],
+                         "files": {n: (folder / n).read_text(encoding="utf-8") for n in tok["files"]}}
+    return payload
+
+
+def write_folder(payload: dict, folder: Path) -> str:
+    """A model folder of ``payload``'s values, written as they are (tampered or not); tokenizer
+    file names that are not plain names are only listed, never written."""
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True)
+    labels, lm = payload.get("labels"), payload.get("lm")
+    card = {"format": "reltrain-model", "format_version": payload.get("format_version", 1),
+            "id2label": ({str(i): v for i, v in enumerate(labels)} if isinstance(labels, list)
+                         else labels),
+            "tokenizer": ({"kind": "pretrained", "types": lm["types"], "added": lm["added"],
+                           "files": list(lm["files"])} if lm
+                          else {"kind": "words", "vocab": "vocab.json"}),
+            "hf_config": payload.get("hf_config"), "reltrain_config": payload.get("config")}
+    (folder / "config.json").write_text(json.dumps(card), encoding="utf-8")
+    if "model" in payload:
+        save_file({k: v.clone().contiguous() for k, v in payload["model"].items()},
+                  str(folder / "model.safetensors"))
+    if lm:
+        for name, text in lm["files"].items():
+            if Path(name).name == name and name not in (".", ".."):
+                (folder / name).write_text(text, encoding="utf-8")
+    elif payload.get("vocab") is not None:
+        (folder / "vocab.json").write_text(json.dumps(payload["vocab"]), encoding="utf-8")
+    return str(folder)

@@ -199,9 +199,9 @@ def test_no_process_of_a_run_is_forked_after_torch_is_imported(small_en, tmp_pat
              "log.progress=false", "model.cnn.num_filters=16", f"data.cache_dir={tmp_path / 'c'}",
              f"output_dir={run}")
     assert (run / "report.html").is_file()
-    reltrain("predict", str(run / "checkpoints" / "best.pt"), small_en["test"], "--workers", "2",
+    reltrain("predict", str(run / "checkpoints" / "best"), small_en["test"], "--workers", "2",
              "--chunk-rows", "10", "--output", str(tmp_path / "p.jsonl"))
-    reltrain("export", str(run / "checkpoints" / "best.pt"), str(tmp_path / "exported"), "--format",
+    reltrain("export", str(run / "checkpoints" / "best"), str(tmp_path / "exported"), "--format",
              "onnx")
     reltrain("predict", str(tmp_path / "exported"), small_en["test"], "--workers", "2",
              "--chunk-rows", "10", "--runtime", "onnx", "--output", str(tmp_path / "o.jsonl"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import re
 import subprocess
 import sys
@@ -31,7 +32,7 @@ def test_a_closed_pipe_ends_predict_quietly(run_dir, small_en, tmp_path):
     lines = open(small_en["test"], encoding="utf-8").read().splitlines()
     rows.write_text("\n".join(lines * 40) + "\n", encoding="utf-8")  # more than a pipe holds
     proc = subprocess.Popen([sys.executable, "-m", "reltrain", "predict",
-                             str(run_dir / "checkpoints/best.pt"), str(rows), "--workers", "0",
+                             str(run_dir / "checkpoints/best"), str(rows), "--workers", "0",
                              "--chunk-rows", "64"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=SCRATCH)
     first = proc.stdout.readline()
@@ -49,12 +50,12 @@ def test_a_lone_surrogate_is_a_bad_row(run_dir, small_en, tmp_path):
     data = tmp_path / "rows.jsonl"
     data.write_text("\n".join([good, bad, nested, good]) + "\n", encoding="utf-8")
     out = tmp_path / "out.jsonl"
-    ok(run_cli("predict", str(run_dir / "checkpoints/best.pt"), str(data), "--skip-bad-rows",
+    ok(run_cli("predict", str(run_dir / "checkpoints/best"), str(data), "--skip-bad-rows",
                "--output", str(out)))
     answers = read_jsonl(out)
     assert [("error" in a) for a in answers] == [False, True, True, False]
     assert "lone surrogate" in answers[1]["error"] and "nested too deeply" in answers[2]["error"]
-    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best.pt"), str(data)))
+    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best"), str(data)))
     assert ":2:" in line and "lone surrogate" in line
     train = tmp_path / "train.jsonl"
     train.write_text(open(small_en["train"], encoding="utf-8").read() + bad + "\n", encoding="utf-8")
@@ -79,24 +80,25 @@ def test_an_unreadable_training_file_is_one_line(small_en, capsys, monkeypatch, 
     assert small_en["valid"] in line and "Permission denied" in line
 
 
-def test_a_run_with_only_best_pt_left_is_not_overwritten(small_en, tmp_path):
+def test_a_run_with_only_best_left_is_not_overwritten(small_en, tmp_path):
     args = ["train", *data_overrides(small_en), "log.progress=false", "train.epochs=1", "model.cnn.num_filters=16", f"output_dir={tmp_path / 'run'}"]
     assert main(args) == 0
     checkpoints = tmp_path / "run" / "checkpoints"
     for path in checkpoints.iterdir():
-        if not path.name.startswith("best.pt"):
-            path.unlink()
-    best, metrics = (checkpoints / "best.pt").read_bytes(), (tmp_path / "run/metrics.jsonl").read_text()
+        if path.name != "best":
+            shutil.rmtree(path)
+    weights = checkpoints / "best" / "model.safetensors"
+    best, metrics = weights.read_bytes(), (tmp_path / "run/metrics.jsonl").read_text()
     line = user_error(run_cli(*args))
-    assert "holds best.pt but no last.pt" in line and "resume=" in line
-    assert (checkpoints / "best.pt").read_bytes() == best
+    assert "holds best but no last" in line and "resume=" in line
+    assert weights.read_bytes() == best
     assert (tmp_path / "run/metrics.jsonl").read_text() == metrics
 
 
 @pytest.mark.parametrize("kind", ["jsonl", "csv"])
 def test_predict_reads_standard_input(run_dir, small_en, zh_csv, tmp_path, kind):
     source = small_en["test"] if kind == "jsonl" else str(zh_csv)
-    model = str(run_dir / "checkpoints/best.pt")
+    model = str(run_dir / "checkpoints/best")
     ok(run_cli("predict", model, source, "--output", str(tmp_path / "file.jsonl")))
     with open(source, "rb") as stdin:
         piped = subprocess.run([sys.executable, "-m", "reltrain", "predict", model, "-"],
@@ -108,13 +110,13 @@ def test_predict_reads_standard_input(run_dir, small_en, zh_csv, tmp_path, kind)
 
 
 def test_standard_input_is_read_by_one_process_only(run_dir):
-    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best.pt"), "-",
+    line = user_error(run_cli("predict", str(run_dir / "checkpoints/best"), "-",
                               "--devices", "2"))
     assert "standard input" in line
 
 
 def test_predict_options_that_contradict_are_refused(run_dir, small_en, capsys):
-    model = str(run_dir / "checkpoints/best.pt")
+    model = str(run_dir / "checkpoints/best")
     line = cli_error(capsys, "predict", model, small_en["test"], "--head", "Alice")
     assert "--head" in line and "not both" in line
     line = cli_error(capsys, "predict", model, small_en["test"], "--top-k", "99")

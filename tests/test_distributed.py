@@ -15,7 +15,7 @@ import torch
 from reltrain.cli import _parser
 
 from conftest import (EXAMPLE_DIR, ROOT, WORKER_ENV, data_overrides, ok, read_jsonl, run, run_cli,
-                      torchrun, user_error)
+                      torchrun, user_error, weights_of)
 
 pytestmark = pytest.mark.slow
 
@@ -50,11 +50,11 @@ def metrics_log(run_dir: Path) -> list[dict]:
 
 
 def test_two_processes_equal_one_with_the_global_batch(runs):
-    one = torch.load(runs["one"] / "checkpoints/last.pt", weights_only=True)
-    two = torch.load(runs["two"] / "checkpoints/last.pt", weights_only=True)
-    assert one["model"].keys() == two["model"].keys()
-    for key in one["model"]:
-        torch.testing.assert_close(two["model"][key], one["model"][key], rtol=0, atol=1e-5)
+    one = weights_of(runs["one"] / "checkpoints/last")
+    two = weights_of(runs["two"] / "checkpoints/last")
+    assert one.keys() == two.keys()
+    for key in one:
+        torch.testing.assert_close(two[key], one[key], rtol=0, atol=1e-5)
     for a, b in zip(metrics_log(runs["one"]), metrics_log(runs["two"])):
         assert a["valid"] == b["valid"]
         assert a["train_loss"] == pytest.approx(b["train_loss"], abs=1e-5)
@@ -77,7 +77,7 @@ def evaluate_json(result) -> dict:
 
 @pytest.mark.parametrize("nproc", [2, 3])
 def test_distributed_evaluation_is_exact(runs, odd_data, nproc):
-    ckpt = str(runs["two"] / "checkpoints/best.pt")
+    ckpt = str(runs["two"] / "checkpoints/best")
     alone = evaluate_json(run_cli("evaluate", ckpt, odd_data["test"]))
     spread = evaluate_json(torchrun(nproc, "-m", "reltrain", "evaluate", ckpt, odd_data["test"]))
     assert spread == alone and alone["num_examples"] == 79
@@ -191,7 +191,7 @@ def test_predict_on_two_processes_writes_the_same_bytes_as_one(runs, odd_data, t
     lines[10] = '{"text": "broken"'
     data = tmp_path / "data.jsonl"
     data.write_text("\n".join(lines) + "\n")
-    ckpt = str(runs["two"] / "checkpoints/best.pt")
+    ckpt = str(runs["two"] / "checkpoints/best")
     args = ["predict", ckpt, str(data), "--skip-bad-rows", "--chunk-rows", "7"]
     ok(run_cli(*args, "--output", str(tmp_path / "one.jsonl")))
     ok(torchrun(3, "-m", "reltrain", *args, "--output", str(tmp_path / "three.jsonl")))

@@ -15,7 +15,8 @@ from reltrain.data.schema import Entity, Record
 from reltrain.data.vectors import load_word_vectors
 from reltrain.data.vocab import Vocab
 
-from conftest import ZH_ROWS, data_overrides, encoder_args, ok, torchrun, write_csv
+from conftest import (ZH_ROWS, data_overrides, encoder_args, ok, payload_of, torchrun, weights_of,
+                      write_csv)
 
 pytestmark = pytest.mark.slow
 
@@ -31,10 +32,10 @@ def test_encoder_trains_resumes_evaluates_predicts(name, small_en, tiny_bert, tm
     assert [r["epoch"] for r in history] == [1, 2] and history[1]["train_loss"] < history[0]["train_loss"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     capsys.readouterr()
-    assert main(["evaluate", str(tmp_path / "checkpoints/best.pt"), small_en["test"]]) == 0
+    assert main(["evaluate", str(tmp_path / "checkpoints/best"), small_en["test"]]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["macro_f1"] == summary["test"]["macro_f1"]
-    model = reltrain.load(tmp_path / "checkpoints/best.pt")
+    model = reltrain.load(tmp_path / "checkpoints/best")
     out = model.predict_text("Alice Moreau was born in Dunmore .", "Alice Moreau", "Dunmore")
     assert out["relation"] in model.labels and len(out["top_k"]) == 3
 
@@ -45,8 +46,8 @@ def test_encoder_under_two_process_ddp(name, small_en, tiny_bert, tmp_path):
                 "train.batch_size=8", *encoder_args(name, tiny_bert), f"output_dir={tmp_path}"))
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["world_size"] == 2 and summary["global_batch_size"] == 16
-    ckpt = torch.load(tmp_path / "checkpoints/best.pt", weights_only=True)
-    assert not any(k.startswith("module.") for k in ckpt["model"])
+    ckpt = weights_of(tmp_path / "checkpoints/best")
+    assert not any(k.startswith("module.") for k in ckpt)
 
 
 def rec(text: str, head: tuple[int, int], tail: tuple[int, int]) -> Record:
@@ -111,10 +112,10 @@ def test_lm_learns_added_tokens_and_predicts_with_them(tiny_bert, tmp_path):
     assert main(["train", *lm, "train.epochs=1"]) == 0
     assert main(["train", *lm, "train.epochs=2"]) == 0  # resumes: same added tokens, same table
     assert len((out / "metrics.jsonl").read_text().splitlines()) == 2
-    ckpt = torch.load(out / "checkpoints/last.pt", weights_only=True)
+    ckpt = payload_of(out / "checkpoints/last")
     added = ckpt["lm"]["added"]
     assert "是" in added and "《" in added and "执" not in added  # 执 occurs once
-    model = reltrain.load(out / "checkpoints/last.pt")
+    model = reltrain.load(out / "checkpoints/last")
     table = model.model.added.weight
     assert table.shape[0] == len(added)
     assert not torch.allclose(table[0], table[1])  # both started at the mean embedding
@@ -127,7 +128,7 @@ def test_lm_added_tokens_under_two_process_ddp(tiny_bert, tmp_path):
     ok(torchrun(2, "-m", "reltrain", "train", *(f"data.{k}={data}" for k in ("train", "valid", "test")),
                 *BASE, "train.batch_size=1", "train.epochs=1", "model.name=lm",
                 f"model.lm.pretrained={tiny_bert}", f"output_dir={tmp_path / 'run'}"))
-    ckpt = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
+    ckpt = payload_of(tmp_path / "run/checkpoints/last")
     assert "是" in ckpt["lm"]["added"] and "added.weight" in ckpt["model"]
 
 
@@ -163,8 +164,8 @@ def test_frozen_pretrained_vectors_stay_fixed(small_en, tmp_path):
     out = tmp_path / "run"
     assert main(["train", *data_overrides(small_en), *BASE, "train.epochs=1", "model.word_dim=8",
                  f"model.word_vectors={vec}", "model.freeze_embeddings=true", f"output_dir={out}"]) == 0
-    weights = torch.load(out / "checkpoints/last.pt", weights_only=True)["model"]["embed.word.weight"]
-    vocab = torch.load(out / "checkpoints/last.pt", weights_only=True)["vocab"]
+    weights = weights_of(out / "checkpoints/last")["embed.word.weight"]
+    vocab = payload_of(out / "checkpoints/last")["vocab"]
     first = dict(line.split(" ", 1) for line in vec.read_text().splitlines())
     word = vocab[2]
     expected = torch.tensor([float(x) for x in first[word].split()])
@@ -189,4 +190,4 @@ def test_lm_stored_in_fp16_trains_in_fp32(tiny_bert, tmp_path):
     assert main(["train", *[f"data.{k}={data}" for k in ("train", "valid")], *BASE,
                  "train.batch_size=2", "train.epochs=1", "model.name=lm",
                  f"model.lm.pretrained={half}", f"output_dir={out}"]) == 0
-    assert all(p.dtype == torch.float32 for p in reltrain.load(out / "checkpoints/best.pt").model.parameters())
+    assert all(p.dtype == torch.float32 for p in reltrain.load(out / "checkpoints/best").model.parameters())

@@ -29,10 +29,10 @@ def exported(small_en, tiny_bert, tmp_path_factory) -> dict:
                 *(encoder_args(name, tiny_bert) if name != "pcnn" else ["model.name=pcnn"]),
                 f"output_dir={root / 'run'}"]
         assert main(args) == 0
-        assert main(["export", str(root / "run/checkpoints/best.pt"), str(root / "model")]) == 0
+        assert main(["export", str(root / "run/checkpoints/best"), str(root / "model")]) == 0
         shipped = root / "elsewhere" / "model"  # without the run directory beside it
         shutil.copytree(root / "model", shipped)
-        out[name] = (root / "run/checkpoints/best.pt", shipped)
+        out[name] = (root / "run/checkpoints/best", shipped)
     return out
 
 
@@ -76,7 +76,7 @@ def test_export_refuses_a_non_empty_folder_and_a_damaged_one_is_one_line(exporte
     shutil.copytree(folder, broken)
     (broken / "model.safetensors").write_bytes(b"garbage")
     line = user_error(run_cli("predict", str(broken), "--text", "a b", "--head", "a", "--tail", "b"))
-    assert "incomplete or damaged export" in line
+    assert "incomplete or damaged model folder" in line
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +124,7 @@ def test_onnx_runtime_errors_say_what_to_do(onnx_folders, exported, tmp_path):
     checkpoint, plain = exported["cnn"]
     ask = ("--text", "a b", "--head", "a", "--tail", "b", "--runtime", "onnx")
     assert "--format onnx" in user_error(run_cli("predict", str(plain), *ask))
-    assert "is a checkpoint" in user_error(run_cli("predict", str(checkpoint), *ask))
+    assert "has none): reltrain export" in user_error(run_cli("predict", str(checkpoint), *ask))
     broken = tmp_path / "broken"
     shutil.copytree(onnx_folders["cnn"], broken)
     (broken / "model.onnx").write_bytes(b"not a graph")

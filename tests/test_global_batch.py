@@ -14,8 +14,8 @@ from reltrain.config.load import load_config
 from reltrain.runtime.errors import UserError
 from reltrain.training.batching import plan_batches
 
-from conftest import (EXAMPLE_DIR, encoder_args, make_tiny_bert, ok, read_jsonl, run_cli,
-                      torchrun, user_error)
+from conftest import (EXAMPLE_DIR, encoder_args, make_tiny_bert, ok, read_jsonl, run_cli, torchrun,
+                      training_of, user_error, weights_of)
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +70,7 @@ def split_runs(tmp: Path, data: list[str], *extra: str) -> dict:
 
 
 def assert_same_training(a: Path, b: Path) -> None:
-    wa, wb = (torch.load(d / "checkpoints/last.pt", weights_only=True)["model"] for d in (a, b))
+    wa, wb = (weights_of(d / "checkpoints/last") for d in (a, b))
     for key in wa:
         torch.testing.assert_close(wb[key], wa[key], rtol=0, atol=1e-5, msg=key)
     for ra, rb in zip(read_jsonl(a / "metrics.jsonl"), read_jsonl(b / "metrics.jsonl")):
@@ -120,7 +120,7 @@ def test_a_run_killed_on_two_processes_resumes_exactly_on_one(cnn_runs, data, tm
             "ckpt.every_steps=3", f"output_dir={out}"]
     killed = torchrun(2, str(script), *args, extra_env={"AT_STEP": "7"})
     assert killed.returncode != 0
-    saved = torch.load(out / "checkpoints/last.pt", weights_only=True)
+    saved = training_of(out / "checkpoints/last")
     assert (saved["state"]["step"], saved["state"]["batch_in_epoch"], saved["world_size"]) == (6, 2, 2)
     resumed = ok(run_cli("train", *args))  # one process: accumulation 4 instead of 2
     assert "resuming on 1 process(es) a run saved by 2" in resumed.stderr

@@ -45,7 +45,7 @@ def test_a_bf16_run_trains_evaluates_and_predicts_in_bf16(small_en, tmp_path):
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["precision"] == "bf16"
     assert "precision bf16 (amp=bf16" in (run_dir / "train.log").read_text()
-    best = run_dir / "checkpoints" / "best.pt"
+    best = run_dir / "checkpoints" / "best"
     labels = reltrain.load(best).labels
     records = read_records(small_en["test"], labels).records
     as_trained = scores(reltrain.load(best, amp="bf16"), records)

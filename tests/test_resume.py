@@ -5,17 +5,21 @@ from __future__ import annotations
 import errno
 import json
 import os
+import shutil
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
 import torch
 
-from reltrain.artifacts.checkpoint_format import Checkpoint, load_checkpoint, save_checkpoint
+from reltrain.artifacts.save import write_checkpoint
+from reltrain.artifacts.training_state import load_training_state
+from reltrain.training.resume import read_checkpoint
 from reltrain.cli import main
 from reltrain.runtime.errors import UserError
 
-from conftest import cli_error, data_overrides, run, torchrun as torchrun_n
+from conftest import cli_error, data_overrides, run, torchrun as torchrun_n, training_of, weights_of
 
 pytestmark = pytest.mark.slow
 
@@ -44,7 +48,7 @@ sys.exit(main(["train", *sys.argv[1:]]))
 
 
 def weights(run_dir: Path) -> dict:
-    return torch.load(run_dir / "checkpoints/last.pt", weights_only=True)["model"]
+    return weights_of(run_dir / "checkpoints/last")
 
 
 def assert_same_run(a: Path, b: Path) -> None:
@@ -114,7 +118,7 @@ def test_sigterm_saves_mid_epoch_and_the_same_command_resumes(reference, small_e
     first = run(cmd, env)
     assert first.returncode == 143, first.stderr[-2000:]
     assert "to resume: reltrain train" in first.stderr and f"output_dir={out}" in first.stderr
-    saved = torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]
+    saved = training_of(out / "checkpoints/last")["state"]
     # signalled during step 20; the stop is agreed during the next step: saved after step 22
     assert saved["step"] == 22 and saved["epoch"] == 2 and saved["batch_in_epoch"] == 7
     second = run(cmd, env)
@@ -159,7 +163,7 @@ def test_sigterm_on_one_rank_stops_all_consistently(ddp_reference, small_en, tmp
     first = torchrun(args, env)
     assert first.returncode != 0
     # signalled during step 17; under DDP the ranks vote every 8 steps: after 24, read after 25
-    assert torch.load(out / "checkpoints/last.pt", weights_only=True)["state"]["step"] == 25
+    assert training_of(out / "checkpoints/last")["state"]["step"] == 25
     second = torchrun(args, env)
     assert second.returncode == 0, second.stderr[-3000:]
     assert_same_run(ddp_reference, out)
@@ -169,21 +173,23 @@ def test_corrupted_latest_checkpoint_falls_back_to_the_previous(reference, small
     out = tmp_path / "run"
     args = ["-m", "reltrain", "train", *data_overrides(small_en), *BASE, f"output_dir={out}"]
     assert run([sys.executable, *args, "train.epochs=2"]).returncode == 0
-    last = out / "checkpoints/last.pt"
-    last.write_bytes(last.read_bytes()[:1000])  # truncated (also its hard-linked ckpt-*.pt)
+    last = out / "checkpoints/last"
+    state = last / "training_state.pt"
+    state.write_bytes(state.read_bytes()[:1000])  # truncated (also its hard-linked ckpt-*)
     explicit = run([sys.executable, "-m", "reltrain", "train", *data_overrides(small_en), *BASE,
                     f"resume={last}", f"output_dir={tmp_path / 'other'}"])
-    assert explicit.returncode == 2 and "last.pt: not a readable reltrain checkpoint" in explicit.stderr
+    assert explicit.returncode == 2, explicit.stderr[-2000:]
+    assert "training_state.pt: not a readable reltrain training state" in explicit.stderr
     resumed = run([sys.executable, *args, "train.epochs=3"])
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert "trying the previous checkpoint" in resumed.stderr
-    assert "ckpt-00000015.pt (epoch 2" in resumed.stderr  # the end of epoch 1: 15 steps
+    assert "ckpt-00000015 (epoch 2" in resumed.stderr  # the end of epoch 1: 15 steps
     assert_same_run(reference, out)
 
 
 def test_checkpoint_of_another_model_is_a_clear_error(reference, small_en, tmp_path):
     result = run([sys.executable, "-m", "reltrain", "train", *data_overrides(small_en), *BASE,
-                  "model.name=pcnn", f"resume={reference / 'checkpoints/last.pt'}",
+                  "model.name=pcnn", f"resume={reference / 'checkpoints/last'}",
                   f"output_dir={tmp_path}"])
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "does not match this run: model.name was 'cnn', now 'pcnn'" in result.stderr
@@ -218,13 +224,13 @@ def _tampered(payload: dict, how: str) -> None:
                                  "global batch missing", "sparse optimizer state missing"])
 def test_a_tampered_training_state_is_one_line(reference, small_en, tmp_path, capsys, how):
     """resume=PATH may name a stranger's file: every field a restore reads is checked first."""
-    payload = torch.load(reference / "checkpoints/last.pt", weights_only=True)
+    payload = training_of(reference / "checkpoints/last")
     _tampered(payload, how)
-    path = tmp_path / "tampered.pt"
-    torch.save(payload, path)
+    path = shutil.copytree(reference / "checkpoints/last", tmp_path / "tampered")
+    torch.save(payload, path / "training_state.pt")
     line = cli_error(capsys, "train", *data_overrides(small_en), *BASE, "train.epochs=4",
                      f"resume={path}", f"output_dir={tmp_path / 'run'}")
-    assert "tampered.pt: " in line and ("not a resumable checkpoint" in line
+    assert "tampered: " in line and ("not a resumable checkpoint" in line
                                         or "state does not fit this run" in line), line
 
 
@@ -233,10 +239,22 @@ def test_only_weights_only_loading(tmp_path):
         def __reduce__(self):
             return (os.system, ("echo owned",))
 
-    path = tmp_path / "evil.pt"
-    torch.save({"format": "reltrain-checkpoint", "version": 1, "x": Evil()}, path)
-    with pytest.raises(UserError, match="evil.pt: not a readable reltrain checkpoint"):
-        load_checkpoint(path)
+    path = tmp_path / "training_state.pt"
+    torch.save({"format": "reltrain-training-state", "version": 1, "x": Evil()}, path)
+    with pytest.raises(UserError, match="training_state.pt: not a readable reltrain training state"):
+        load_training_state(path)
+
+
+def test_a_compressed_member_is_refused_before_reading(reference, small_en, tmp_path, capsys):
+    path = shutil.copytree(reference / "checkpoints/last", tmp_path / "packed")
+    state = path / "training_state.pt"
+    with zipfile.ZipFile(reference / "checkpoints/last/training_state.pt") as src, \
+            zipfile.ZipFile(state, "w", compression=zipfile.ZIP_DEFLATED) as dst:
+        for item in src.infolist():
+            dst.writestr(item.filename, src.read(item.filename))
+    line = cli_error(capsys, "train", *data_overrides(small_en), *BASE, f"resume={path}",
+                     f"output_dir={tmp_path / 'run'}")
+    assert "compressed member" in line
 
 
 def test_unwritable_output_dir(small_en, tmp_path):
@@ -247,17 +265,17 @@ def test_unwritable_output_dir(small_en, tmp_path):
     assert result.returncode == 2 and "cannot write the run directory" in result.stderr
 
 
-def test_full_disk_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
-    path = tmp_path / "last.pt"
-    save_checkpoint(path, Checkpoint({}, [], {"w": torch.ones(3)}))
-    before = path.read_bytes()
+def test_full_disk_keeps_the_previous_checkpoint(reference, tmp_path, monkeypatch):
+    last = shutil.copytree(reference / "checkpoints/last", tmp_path / "last")
+    ck = read_checkpoint(last)
+    before = {p.name: p.read_bytes() for p in last.iterdir()}
 
     def full_disk(obj, f, *a, **k):
         f.write(b"partial")
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(torch, "save", full_disk)
-    with pytest.raises(UserError, match="cannot write .*last.pt: No space left on device"):
-        save_checkpoint(path, Checkpoint({}, [], {"w": torch.zeros(3)}))
-    assert path.read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["last.pt"]  # no temporary left behind
+    with pytest.raises(UserError, match="cannot write the checkpoint .*last: No space left on device"):
+        write_checkpoint(last, ck.model, ck.training, {"epoch": 9})
+    assert {p.name: p.read_bytes() for p in last.iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["last"]  # no temporary left behind

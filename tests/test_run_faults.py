@@ -85,7 +85,7 @@ def test_devices_parent_passes_signals_on_and_exits_with_the_workers_status(smal
     assert f"stopped by {sig.name}" in line and "to resume: reltrain train devices=2" in line
     run_dir = next((tmp_path / "runs").glob("*"))
     assert f"output_dir={run_dir.relative_to(tmp_path)}" in line
-    assert (run_dir / "checkpoints" / "last.pt").is_file()
+    assert (run_dir / "checkpoints" / "last" / "training_state.pt").is_file()
 
 
 def test_interrupted_run_without_output_dir_prints_the_command_that_resumes(small_en, tmp_path):
@@ -99,7 +99,7 @@ def test_interrupted_run_without_output_dir_prints_the_command_that_resumes(smal
     assert "Traceback" not in text and text.count("stopped by SIGINT") == 1, text[-2000:]
     command = shlex.split(text.split("to resume: ", 1)[1].splitlines()[0])
     assert command[:2] == ["reltrain", "train"] and command[-1].startswith("output_dir=runs/")
-    saved = json.loads((tmp_path / command[-1].split("=", 1)[1] / "checkpoints/last.pt.json").read_text())
+    saved = json.loads((tmp_path / command[-1].split("=", 1)[1] / "checkpoints/last/epoch.json").read_text())
     # The printed command, shortened to end soon, continues the same run directory.
     resumed = ok(run([sys.executable, "-m", "reltrain", *command[1:], "train.epochs=" +
                       str(saved["epoch"] + 1)], cwd=tmp_path))

@@ -14,7 +14,7 @@ import torch.nn as nn
 from reltrain.cli import main
 from reltrain.training.optim import Optimizers, build_optimizer, clip_gradients, sparse_embedding
 
-from conftest import cli_error, data_overrides
+from conftest import (cli_error, data_overrides, training_of)
 
 
 class Tiny(nn.Module):
@@ -159,7 +159,7 @@ def test_a_run_says_which_updates_it_uses_and_refuses_a_change_on_resume(small_e
     run = [*data_overrides(small_en), f"output_dir={tmp_path / 'run'}", "log.progress=false"]
     assert main(["train", *run, "train.epochs=1"]) == 0
     assert "sparse embedding updates" in capsys.readouterr().err
-    payload = torch.load(tmp_path / "run/checkpoints/last.pt", weights_only=True)
+    payload = training_of(tmp_path / "run/checkpoints/last")
     assert "sparse" in payload["optimizer"]
     assert json.loads((tmp_path / "run/summary.json").read_text())["test"]["num_examples"] == 80
     error = cli_error(capsys, "train", *run, "train.epochs=2", "train.sparse_embeddings=false")

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -11,7 +12,7 @@ import reltrain
 from reltrain.cli import main
 
 from conftest import (assert_same_predictions, cli_error, data_overrides, read_jsonl, run_cli,
-                      scores, user_error)
+                      scores, training_of, user_error, weights_of)
 
 
 @pytest.fixture(scope="session")
@@ -25,8 +26,9 @@ def trained(small_en, tmp_path_factory):
 
 def test_run_directory_contents(trained):
     for name in ("config.yaml", "metrics.jsonl", "summary.json", "train.log",
-                 "checkpoints/best.pt", "checkpoints/last.pt", "checkpoints/best.pt.json",
-                 "report.html", "test_predictions.jsonl"):
+                 "checkpoints/best/model.safetensors", "checkpoints/best/config.json",
+                 "checkpoints/best/README.md", "checkpoints/best/epoch.json",
+                 "checkpoints/last/training_state.pt", "report.html", "test_predictions.jsonl"):
         assert (trained / name).is_file(), name
     summary = json.loads((trained / "summary.json").read_text())
     assert summary["world_size"] == 1 and summary["global_batch_size"] == 16
@@ -49,45 +51,53 @@ def test_each_best_metric_reports_its_own_epoch(trained):
 
 def test_evaluate_prints_the_summary_test_metrics(trained, small_en, capsys):
     capsys.readouterr()
-    assert main(["evaluate", str(trained / "checkpoints/best.pt"), small_en["test"]]) == 0
+    assert main(["evaluate", str(trained / "checkpoints/best"), small_en["test"]]) == 0
     printed = json.loads(capsys.readouterr().out)
     summary = json.loads((trained / "summary.json").read_text())
     for key in ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "per_class"):
         assert printed[key] == summary["test"][key]
 
 
-def test_checkpoint_is_self_contained_and_safe(trained):
-    payload = torch.load(trained / "checkpoints/last.pt", weights_only=True)
-    assert {"model", "config", "vocab", "labels", "optimizer", "scheduler", "state", "rank_states"} <= set(payload)
+def test_checkpoint_is_self_contained_and_safe(trained, tmp_path):
+    """A checkpoint is a model folder (what export writes) plus its training state beside it."""
+    last = trained / "checkpoints/last"
+    assert {p.name for p in last.iterdir()} == {"config.json", "model.safetensors", "vocab.json",
+                                                "README.md", "epoch.json", "training_state.pt"}
+    assert main(["export", str(last), str(tmp_path / "out")]) == 0
+    exported = {p.name for p in (tmp_path / "out").iterdir()}
+    assert exported == {"config.json", "model.safetensors", "vocab.json", "README.md"}
+    payload = training_of(last)
+    assert {"optimizer", "scheduler", "state", "rank_states", "world_size", "data_key"} <= set(payload)
+    assert not {"model", "config", "vocab", "labels"} & set(payload)  # the folder's, once
     assert {"rng", "progress"} <= set(payload["rank_states"][0])
     assert payload["state"]["epoch"] == 4  # the next epoch to run
-    assert not any(k.startswith("module.") for k in payload["model"])
+    assert not any(k.startswith("module.") for k in weights_of(trained / "checkpoints/last"))
 
 
 def test_reload_gives_identical_predictions(trained, small_en):
     from reltrain.data.readers import read_records
 
     records = read_records(small_en["test"]).records
-    a = scores(reltrain.load(trained / "checkpoints/best.pt"), records)
-    b = scores(reltrain.load(trained / "checkpoints/best.pt"), records, 7)
+    a = scores(reltrain.load(trained / "checkpoints/best"), records)
+    b = scores(reltrain.load(trained / "checkpoints/best"), records, 7)
     assert (a == b).all() or abs(a - b).max() < 1e-6
 
 
 def test_predict_file_and_text(trained, small_en, tmp_path, capsys):
     out = tmp_path / "pred.jsonl"
-    assert main(["predict", str(trained / "checkpoints/best.pt"), small_en["test"],
+    assert main(["predict", str(trained / "checkpoints/best"), small_en["test"],
                  "--output", str(out), "--top-k", "2"]) == 0
     rows = read_jsonl(out)
     assert len(rows) == 80
     assert {"relation", "score", "top_k", "gold"} <= set(rows[0]) and len(rows[0]["top_k"]) == 2
     assert rows[0]["top_k"][0]["relation"] == rows[0]["relation"]
     capsys.readouterr()
-    assert main(["predict", str(trained / "checkpoints/best.pt"), "--text",
+    assert main(["predict", str(trained / "checkpoints/best"), "--text",
                  "Alice Moreau was born in Dunmore , not in Corrin .", "--head", "Alice Moreau",
                  "--tail", "Dunmore"]) == 0
     row = json.loads(capsys.readouterr().out)
     assert row["relation"] == "born_in" and 0 < row["score"] <= 1
-    api = reltrain.load(trained / "checkpoints/best.pt").predict_text(
+    api = reltrain.load(trained / "checkpoints/best").predict_text(
         "Alice Moreau was born in Dunmore .", "Alice Moreau", "Dunmore")
     assert api["relation"] == "born_in"
 
@@ -104,7 +114,7 @@ def test_bad_input_is_one_line_exit_2_everywhere(trained, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("sentence,relation,head,head_offset,tail,tail_offset\n"
                    "Ann met Bob .,born_in,Ann,4,Bob,8\n")
-    ckpt = str(trained / "checkpoints/best.pt")
+    ckpt = str(trained / "checkpoints/best")
     for args in (["train", f"data.train={bad}", "data.cache_dir=" + str(tmp_path / "c")],
                  ["evaluate", ckpt, str(bad)], ["predict", ckpt, str(bad)]):
         line = user_error(run_cli(*args))
@@ -173,7 +183,7 @@ def test_output_that_is_the_input_is_refused(trained, small_en, tmp_path):
     alias = tmp_path / "alias.jsonl"
     os.link(data, alias)  # another name, the same file
     before = data.read_bytes()
-    ckpt = str(trained / "checkpoints/best.pt")
+    ckpt = str(trained / "checkpoints/best")
     for command in ("predict", "evaluate"):
         for output in (data, alias):
             line = user_error(run_cli(command, ckpt, str(data), "--output", str(output)))
@@ -183,7 +193,7 @@ def test_output_that_is_the_input_is_refused(trained, small_en, tmp_path):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_device_names_are_one_line_errors_in_every_command(trained, small_en, capsys):
-    ckpt = str(trained / "checkpoints/best.pt")
+    ckpt = str(trained / "checkpoints/best")
     for device, expected in (("cuda", "CUDA is not available"), ("cuda:1", "CUDA is not available"),
                              ("tpu", "device must be auto, cpu, cuda or cuda:N"),
                              ("cuda:x", "device must be")):
@@ -194,26 +204,32 @@ def test_device_names_are_one_line_errors_in_every_command(trained, small_en, ca
                                                          "--device", "cuda"))  # as a user runs it
 
 
-def test_smaller_user_errors(trained, tmp_path):
+def test_smaller_user_errors(trained, small_en, tmp_path):
     garbage = tmp_path / "garbage.pt"
     garbage.write_bytes(b"not a checkpoint" * 10)
     line = user_error(run_cli("predict", str(garbage), "--text", "a b", "--head", "a", "--tail", "b"))
+    assert "a model is a folder" in line and "old layout" in line
+    copy = shutil.copytree(trained / "checkpoints/last", tmp_path / "garbage")
+    (copy / "training_state.pt").write_bytes(b"not a checkpoint" * 10)
+    line = user_error(run_cli("train", *data_overrides(small_en), f"resume={copy}",
+                              f"output_dir={tmp_path / 'run'}"))
     assert "not a complete torch checkpoint" in line and "weights_only" not in line
-    ckpt = str(trained / "checkpoints/best.pt")
+    ckpt = str(trained / "checkpoints/best")
     line = user_error(run_cli("predict", ckpt, "--text", "Alice Moreau was born in Dunmore .",
                               "--head", "Alice Moreau", "--tail", "Dunmore", "--tail-offset", "-3"))
     assert "--tail-offset: expected a non-negative integer character offset, got -3" in line
     assert "train.early_stopping must be >= 0" in user_error(run_cli("train", "train.early_stopping=-1"))
 
 
-def test_a_pickled_object_is_named_not_run(tmp_path):
+def test_a_pickled_object_is_named_not_run(trained, small_en, tmp_path):
     class Evil:
         def __reduce__(self):
             return (os.system, (f"touch {tmp_path / 'owned'}",))
 
-    path = tmp_path / "evil.pt"
-    torch.save({"format": "reltrain-checkpoint", "x": Evil()}, path)
-    line = user_error(run_cli("evaluate", str(path), str(path)))
+    copy = shutil.copytree(trained / "checkpoints/last", tmp_path / "evil")
+    torch.save({"format": "reltrain-training-state", "x": Evil()}, copy / "training_state.pt")
+    line = user_error(run_cli("train", *data_overrides(small_en), f"resume={copy}",
+                              f"output_dir={tmp_path / 'run'}"))
     assert "pickled Python object (posix.system)" in line and "weights_only" not in line
     assert not (tmp_path / "owned").exists()
 
@@ -289,7 +305,7 @@ def test_workers_start_only_for_more_than_one_chunk(trained, small_en, tmp_path,
     started = []
     real = children.Child.__init__
     monkeypatch.setattr(children.Child, "__init__", lambda *a: started.append(1) or real(*a))
-    ckpt, whole, parts = str(trained / "checkpoints/best.pt"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
+    ckpt, whole, parts = str(trained / "checkpoints/best"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
     assert run_predict(ckpt, small_en["test"], output=str(whole), workers=2) == 80 and not started
     assert run_predict(ckpt, small_en["test"], output=str(parts), workers=2, chunk_rows=7) == 80
     assert started == [1]  # one helper: this process predicts too
@@ -302,7 +318,7 @@ def test_helpers_that_only_tokenize_give_the_same_lines(trained, small_en, tmp_p
     from reltrain.inference import pool
     from reltrain.commands.predict import run_predict
 
-    ckpt, whole, parts = str(trained / "checkpoints/best.pt"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
+    ckpt, whole, parts = str(trained / "checkpoints/best"), tmp_path / "w.jsonl", tmp_path / "p.jsonl"
     assert run_predict(ckpt, small_en["test"], output=str(whole), workers=1) == 80
     modes = []
     monkeypatch.setattr(pool, "mode", lambda predictor, helpers: modes.append(helpers) or "encode")
@@ -319,7 +335,7 @@ def test_predict_streams_in_chunks_in_input_order_with_bad_rows_in_place(trained
     lines[11] = lines[11].replace('"pos": [', '"pos": [900, ')
     data = tmp_path / "mixed.jsonl"
     data.write_text("\n".join(lines) + "\n")
-    ckpt = str(trained / "checkpoints/best.pt")
+    ckpt = str(trained / "checkpoints/best")
     whole, chunked = tmp_path / "whole.jsonl", tmp_path / "chunked.jsonl"
     assert run_predict(ckpt, str(data), output=str(whole), skip_bad_rows=True, workers=0) == 30
     assert run_predict(ckpt, str(data), output=str(chunked), skip_bad_rows=True, chunk_rows=7,
@@ -343,7 +359,7 @@ def test_a_failed_predict_leaves_the_output_file_as_it_was(trained, small_en, tm
     from reltrain.runtime.errors import DataError
 
     with pytest.raises(DataError, match="bad_late.jsonl:16"):
-        run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), chunk_rows=10)
+        run_predict(str(trained / "checkpoints/best"), str(data), output=str(out), chunk_rows=10)
     assert out.read_text() == "earlier results\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad_late.jsonl", "out.jsonl"]
 
@@ -358,13 +374,13 @@ def test_every_ordered_pair_of_a_sentences_entities(trained, tmp_path):
     data.write_text(json.dumps({"text": text, "entities": entities}) + "\n"
                     + json.dumps({"text": text, "entities": entities[:1]}) + "\n")
     out = tmp_path / "pairs.jsonl"
-    run_predict(str(trained / "checkpoints/best.pt"), str(data), output=str(out), skip_bad_rows=True)
+    run_predict(str(trained / "checkpoints/best"), str(data), output=str(out), skip_bad_rows=True)
     first, second = read_jsonl(out)
     order = [(p["head"]["name"], p["tail"]["name"]) for p in first["pairs"]]
     assert order == [("Alice Moreau", "Dunmore"), ("Alice Moreau", "Corrin"), ("Dunmore", "Alice Moreau"),
                      ("Dunmore", "Corrin"), ("Corrin", "Alice Moreau"), ("Corrin", "Dunmore")]
     assert second["line"] == 2 and "at least two entities" in second["error"]
-    model = reltrain.load(trained / "checkpoints/best.pt")
+    model = reltrain.load(trained / "checkpoints/best")
     single = model.predict_text(text, "Alice Moreau", "Dunmore")
     pairs = model.predict_rows([{"text": text, "entities": entities}])[0]["pairs"]
     assert pairs[0]["relation"] == single["relation"] == "born_in"

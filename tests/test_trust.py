@@ -7,16 +7,17 @@ from __future__ import annotations
 import copy
 import json
 import os
+import shutil
+from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 import reltrain
 from reltrain.cli import main
 from reltrain.runtime.errors import UserError
 
-from conftest import cli_error, data_overrides, run_cli, user_error
+from conftest import cli_error, data_overrides, payload_of, run_cli, user_error, write_folder
 
 HUGE = "1" * 5000  # past Python's 4,300-digit limit for int()
 
@@ -26,15 +27,15 @@ def checkpoint(small_en, tmp_path_factory):
     root = tmp_path_factory.mktemp("trust")
     assert main(["train", *data_overrides(small_en), "train.epochs=1", "log.progress=false",
                  "model.cnn.num_filters=16", f"output_dir={root / 'run'}"]) == 0
-    return root / "run" / "checkpoints" / "best.pt"
+    return root / "run" / "checkpoints" / "best"
 
 
 def tampered(checkpoint, tmp_path, change) -> str:
-    payload = copy.deepcopy(torch.load(checkpoint, weights_only=True))
+    payload = copy.deepcopy(payload_of(checkpoint))
     change(payload)
-    path = tmp_path / "tampered.pt"
-    torch.save(payload, path)
-    return str(path)
+    path = tmp_path / "tampered"
+    shutil.rmtree(path, ignore_errors=True)
+    return write_folder(payload, path)
 
 
 def refused(path: str, match: str) -> None:
@@ -96,21 +97,15 @@ def test_hostile_config_files_are_one_line_and_bounded(tmp_path, capsys):
 
 
 def test_weights_that_declare_more_than_they_store_are_refused(checkpoint, tmp_path):
-    def expanded(payload):  # 24 bytes on disk, a (10^6, width) table once built
-        weight = payload["model"]["embed.word.weight"]
-        payload["model"]["embed.word.weight"] = torch.zeros(1, weight.shape[1]).expand(
-            1_000_000, weight.shape[1])
-        payload["vocab"] = payload["vocab"] + [f"t{i}" for i in range(1_000_000 - len(payload["vocab"]))]
-
-    refused(tampered(checkpoint, tmp_path, expanded), "an expanded or overlapping view")
-
-    def shared(payload):  # every conv weight a view of one storage
-        convs = [k for k in payload["model"] if k.startswith("convs.") and k.endswith("weight")]
-        big = payload["model"][convs[-1]]
-        for key in convs:
-            payload["model"][key] = big[:, :, :payload["model"][key].shape[2]]
-
-    refused(tampered(checkpoint, tmp_path, shared), "share their storage")
+    path = Path(tampered(checkpoint, tmp_path, lambda p: None))
+    raw = (path / "model.safetensors").read_bytes()
+    size = int.from_bytes(raw[:8], "little")
+    header = json.loads(raw[8:8 + size])
+    width = header["embed.word.weight"]["shape"][1]
+    header["embed.word.weight"]["shape"] = [1_000_000, width]  # a (10^6, width) table, once built
+    text = json.dumps(header).encode()
+    (path / "model.safetensors").write_bytes(len(text).to_bytes(8, "little") + text + raw[8 + size:])
+    refused(str(path), "incomplete or damaged model folder")
 
 
 @pytest.mark.parametrize("value", [float("nan"), float("inf")])
@@ -125,7 +120,8 @@ def test_weights_that_are_not_finite_are_refused(checkpoint, tmp_path, value):
 
 
 def test_a_version_of_the_wrong_type_is_one_line(checkpoint, tmp_path):
-    refused(tampered(checkpoint, tmp_path, lambda p: p.update(version="1")), "format version")
+    refused(tampered(checkpoint, tmp_path, lambda p: p.update(format_version="1")),
+            "format_version must be a positive integer")
     refused(tampered(checkpoint, tmp_path, lambda p: p["config"]["train"].update(lr=10**400)),
             "train.lr must be a finite number")
 
@@ -134,10 +130,11 @@ def test_label_names_cannot_break_lines_or_the_model_card(checkpoint, small_en, 
     refused(tampered(checkpoint, tmp_path, lambda p: p["labels"].__setitem__(0, "a\n## Use")),
             "control character U\\+000A")
     hostile = "<script>alert(1)</script>"
-    path = tampered(checkpoint, tmp_path, lambda p: p["labels"].__setitem__(0, hostile))
-    payload = torch.load(path, weights_only=True)
-    payload["config"]["data"]["train"] = "[click](x) <img src=x>.jsonl"
-    torch.save(payload, path)
+    def hostile_names(payload):
+        payload["labels"][0] = hostile
+        payload["config"]["data"]["train"] = "[click](x) <img src=x>.jsonl"
+
+    path = tampered(checkpoint, tmp_path, hostile_names)
     assert main(["export", path, str(tmp_path / "out")]) == 0
     card = (tmp_path / "out" / "README.md").read_text()
     assert "<script>" not in card and "&lt;script&gt;" in card
@@ -165,7 +162,7 @@ def test_a_run_never_writes_through_a_link_or_into_a_foreign_folder(small_en, tm
                                         "train.epochs=1", f"output_dir={run}")
     run = tmp_path / "run-ckpt"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / "last.pt").symlink_to(outside)
+    (run / "checkpoints" / "last").symlink_to(tmp_path)
     assert "is a link" in cli_error(capsys, "train", *data_overrides(small_en), f"output_dir={run}")
     assert outside.read_text() == "keep me"
     home = tmp_path / "home"
@@ -230,7 +227,7 @@ def test_every_model_command_takes_a_run_directory(checkpoint, small_en, capsys)
     assert main(["evaluate", str(run_dir), small_en["test"]]) == 0
     assert "macro_f1" in json.loads(capsys.readouterr().out)
     assert reltrain.load(run_dir).labels == reltrain.load(checkpoint).labels
-    assert "not found (a checkpoint, a run directory" in cli_error(
+    assert "not found (a model folder or a run directory)" in cli_error(
         capsys, "predict", str(run_dir / "nothing"), "--text", "a b", "--head", "a", "--tail", "b")
 
 

@@ -1,6 +1,8 @@
-"""What a checkpoint or an exported folder holds, read as input from a stranger: one typed, bounded
-schema (``Artifact``) that names no path. A file that breaks a rule is one ``UserError`` naming
-it, raised before anything is allocated from its sizes."""
+"""The model folder, what a checkpoint and an export both are (``model.safetensors``,
+``config.json``, the vocabulary or tokenizer files, a model card), read as input from a stranger:
+one typed, bounded schema (``Artifact``) that names no path, and the only code that reads
+weights. A file that breaks a rule is one ``UserError`` naming it, raised before anything is
+allocated from its sizes."""
 
 from __future__ import annotations
 
@@ -12,14 +14,15 @@ from pathlib import Path
 
 import torch
 
-from reltrain.artifacts.checkpoint_format import Checkpoint, best_metric, load_checkpoint, metric_values
+from reltrain.artifacts.training_state import best_metric, metric_values
 from reltrain.config.load import config_from_dict
 from reltrain.config.train import Config
 from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.runtime.errors import UserError, first_line
 
-EXPORT_FORMAT = "reltrain-export"
-EXPORT_VERSION = 1
+FOLDER_FORMAT = "reltrain-model"
+FOLDER_VERSION = 1
+_FORMATS = (FOLDER_FORMAT, "reltrain-export")  # the name 0.1's exports carry; the same files
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 VOCAB = "vocab.json"
@@ -51,12 +54,6 @@ class Artifact:
     data_rows: dict | None  # rows per split the model trained on
 
     @classmethod
-    def from_checkpoint(cls, ck: Checkpoint, where: str) -> "Artifact":
-        return cls.checked(where, config=ck.config, labels=ck.labels, weights=ck.model,
-                           vocab=ck.vocab, lm=ck.lm, hf_config=ck.hf_config, best=ck.best(),
-                           test=None, data_rows=ck.data_rows)
-
-    @classmethod
     def checked(cls, where: str, *, config: object, labels: object, weights: object,
                 vocab: object, lm: object, hf_config: object, best: object, test: object,
                 data_rows: object) -> "Artifact":
@@ -67,7 +64,7 @@ class Artifact:
             if not lm or hf_config is None:
                 raise UserError(f"{where}: a pretrained-encoder model without its tokenizer "
                                 f"files or encoder config")
-            lm, vocab, hf_config = _lm(lm, where), None, _hf_config(hf_config, where)
+            lm, vocab, hf_config = checked_tokenizer(lm, where), None, _hf_config(hf_config, where)
         else:
             if vocab is None:
                 raise UserError(f"{where}: incomplete: no vocabulary")
@@ -112,24 +109,12 @@ def _vocab(value: object, where: str) -> list[str]:
 
 
 def _weights(value: object, where: str) -> dict[str, torch.Tensor]:
+    # safetensors checks that every tensor's bytes are in the file (no view declares more)
     if not isinstance(value, dict) or not value:
         _fail(where, "the weights are not a mapping of names to tensors")
-    declared, stored = 0, {}
     for key, tensor in value.items():
         if not isinstance(key, str) or len(key) > MAX_NAME or not isinstance(tensor, torch.Tensor):
             _fail(where, "the weights are not a mapping of names to tensors")
-        storage = tensor.untyped_storage()
-        size = tensor.numel() * tensor.element_size()
-        if size > storage.nbytes():
-            _fail(where, f"weight {key[:80]} declares {tuple(tensor.shape)} but stores "
-                         f"{storage.nbytes()} bytes (an expanded or overlapping view)")
-        declared += size
-        stored[storage.data_ptr()] = storage.nbytes()
-    # Tensors that share one storage could each pass the check above and still declare many
-    # times what the file holds; the model built from these shapes must fit in its bytes.
-    if declared > sum(stored.values()):
-        _fail(where, f"the weights declare {declared} bytes but the file stores "
-                     f"{sum(stored.values())} (tensors share their storage)")
     for key, tensor in value.items():
         if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all()):
             _fail(where, f"weight {key[:80]} holds NaN or infinite values: the model would "
@@ -147,7 +132,9 @@ def strip_wrapper_prefixes(state_dict: dict) -> dict:
     return out
 
 
-def _lm(value: object, where: str) -> dict:
+def checked_tokenizer(value: object, where: str) -> dict:
+    """A pretrained encoder's tokenizer entry ``{"files", "types", "added"}``, bounded, its
+    tokenizer_config.json without file names."""
     if not isinstance(value, dict) or not isinstance(value.get("files"), dict):
         _fail(where, "the tokenizer entry must hold a mapping of file names to texts")
     files = {}
@@ -246,11 +233,11 @@ def member_path(folder: Path, name: str) -> Path:
     try:
         info = os.lstat(path)
     except FileNotFoundError:
-        raise UserError(f"{folder}: incomplete export: no {name}") from None
+        raise UserError(f"{folder}: incomplete model folder: no {name}") from None
     except OSError as exc:
         raise UserError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     if stat.S_ISLNK(info.st_mode):
-        raise UserError(f"{path}: a link; an exported folder holds its own files")
+        raise UserError(f"{path}: a link; a model folder holds its own files")
     _check_member(path, info, None)
     return path
 
@@ -270,23 +257,24 @@ def _member_json(folder: Path, name: str) -> object:
         raise UserError(f"{folder / name}: not valid JSON ({str(exc)[:120]})") from None
 
 
-def is_exported(path: str | Path) -> bool:
+def is_model_folder(path: str | Path) -> bool:
     return Path(path).is_dir() and (Path(path) / CONFIG).is_file()
 
 
-def read_exported(folder: str | Path) -> Artifact:
-    """The artifact of a folder written by ``reltrain export``."""
+def read_model_folder(folder: str | Path) -> Artifact:
+    """The artifact of a model folder (a checkpoint or an export)."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
     folder = Path(folder)
     card = _member_json(folder, CONFIG)
-    if not isinstance(card, dict) or card.get("format") != EXPORT_FORMAT:
-        raise UserError(f"{folder}: not a folder written by 'reltrain export'")
+    if not isinstance(card, dict) or card.get("format") not in _FORMATS:
+        raise UserError(f"{folder}: not a reltrain model folder ({CONFIG} has no "
+                        f"format: {FOLDER_FORMAT})")
     version = card.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool) or version < 1:
         raise UserError(f"{folder}/{CONFIG}: format_version must be a positive integer")
-    if version > EXPORT_VERSION:
+    if version > FOLDER_VERSION:
         raise UserError(f"{folder}: written by a newer reltrain (format {version})")
     id2label, tok = card.get("id2label"), card.get("tokenizer")
     if not isinstance(id2label, dict) or not isinstance(tok, dict):
@@ -297,7 +285,7 @@ def read_exported(folder: str | Path) -> Artifact:
     try:
         weights = load_file(str(member_path(folder, WEIGHTS)))
     except SafetensorError as exc:
-        raise UserError(f"{folder}: incomplete or damaged export ({str(exc)[:200]})") from None
+        raise UserError(f"{folder}: incomplete or damaged model folder ({str(exc)[:200]})") from None
     trained_on = card.get("training_data") if isinstance(card.get("training_data"), dict) else {}
     lm = vocab = None
     if tok.get("kind") == "pretrained":
@@ -327,27 +315,27 @@ def read_exported(folder: str | Path) -> Artifact:
 
 
 def model_source(path: str | Path) -> Path:
-    """What ``path`` names as a model: a checkpoint, an exported folder, or a run directory
-    (its ``checkpoints/best.pt``)."""
+    """The model folder ``path`` names: itself, or a run directory's ``checkpoints/best``."""
     path = Path(path)
-    if path.is_dir() and not is_exported(path):
-        best = path / "checkpoints" / "best.pt"
-        if not best.is_file():
-            raise UserError(f"{path}: neither an exported folder (no {CONFIG}) nor a run "
-                            f"directory (no checkpoints/best.pt)")
+    if is_model_folder(path):
+        return path
+    best = path / "checkpoints" / "best"
+    if is_model_folder(best):
         return best
+    if path.is_file() or (path / "checkpoints" / "best.pt").exists():
+        raise UserError(f"{path}: a model is a folder (a checkpoint such as RUN/checkpoints/best, "
+                        f"or an export); one .pt file per checkpoint was reltrain's old layout, "
+                        f"which this version does not read: train again, or export it with the "
+                        f"reltrain that wrote it")
     if not path.exists():
-        raise UserError(f"{path}: not found (a checkpoint, a run directory or an exported folder)")
-    return path
+        raise UserError(f"{path}: not found (a model folder or a run directory)")
+    raise UserError(f"{path}: neither a model folder (no {CONFIG}) nor a run directory (no "
+                    f"checkpoints/best)")
 
 
 def load_artifact(path: str | Path) -> Artifact:
-    """A checkpoint (``.pt``), a run directory (its best checkpoint) or an exported folder,
-    checked."""
-    path = model_source(path)
-    if is_exported(path):
-        return read_exported(path)
-    return Artifact.from_checkpoint(load_checkpoint(path), str(path))
+    """A model folder (a checkpoint or an export), or a run directory's best one, checked."""
+    return read_model_folder(model_source(path))
 
 
 def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,

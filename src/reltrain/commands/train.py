@@ -7,15 +7,15 @@ import logging
 import resource
 import statistics
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 from torch.utils.data import DataLoader
 
 from reltrain.runtime import children
-from reltrain.artifacts.checkpoint_format import RunIdentity, TrainState
-from reltrain.config.train import Config, to_dict
+from reltrain.artifacts.training_state import RunIdentity, TrainState
+from reltrain.config.train import Config
 from reltrain.data.dataset import RelationDataset, TrainBatchSampler, collate_batch
 from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import PREPROCESSING, Prepared, prepare_run, token_identity
@@ -88,14 +88,14 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key)
     resumed = find_resume(cfg, run_dir, identity, ctx)
     plan = ctx.agree(lambda: plan_batches(
-        cfg.train, ctx.world_size, resumed.checkpoint.global_batch_size if resumed else None,
+        cfg.train, ctx.world_size, resumed.training.global_batch_size if resumed else None,
         resumed.path if resumed else ""))
     # What runs is what config.yaml, the checkpoints and the summary say: the config with the
     # batch plan resolved (a new object; the validated one is left as it was).
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
     if ctx.is_main:
-        start_run_dir(run_dir, cfg, resumed.checkpoint.train_state().epoch if resumed else 1)
+        start_run_dir(run_dir, cfg, resumed.training.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)
     parts = _build(cfg, ctx, prepared, run_dir, identity, progress, stop, resumed, select, negative)
     with stop.checked():  # the steps vote on a stop, and the run saves and ends there
@@ -154,7 +154,7 @@ def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
     negative = negative_index(cfg.eval.negative_label, labels)
     select = resolve_select(cfg.train.select_metric, negative, labels)
     if negative is not None:
-        log.info("negative relation: %s (left out of the positive figures); best.pt by %s",
+        log.info("negative relation: %s (left out of the positive figures); checkpoints/best by %s",
                  labels[negative], select)
     return negative, select
 
@@ -188,11 +188,12 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
         log.info(precision.describe())
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)
     loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
-    static = dict(config=to_dict(cfg), **asdict(identity), world_size=ctx.world_size,
-                  global_batch_size=cfg.train.global_batch_size,
-                  data_rows=prepared.meta["rows"], hf_config=model_hf_config(D.unwrap(model)))
-    checkpointer = Checkpointer(run_dir / "checkpoints", static, model, optimizer, scheduler, ctx,
-                                scaler=scaler, keep=cfg.ckpt.keep)
+    model_part = dict(config=cfg, labels=identity.labels, vocab=identity.vocab, lm=identity.lm,
+                      hf_config=model_hf_config(D.unwrap(model)), data_rows=prepared.meta["rows"])
+    run = dict(data_key=identity.data_key, world_size=ctx.world_size,
+               global_batch_size=cfg.train.global_batch_size)
+    checkpointer = Checkpointer(run_dir / "checkpoints", model_part, run, model, optimizer,
+                                scheduler, ctx, scaler=scaler, keep=cfg.ckpt.keep)
     callbacks = build_callbacks(run_dir, cfg, select) if ctx.is_main else []
     parts = TrainParts(model, optimizer, scheduler, loss_fn, loader, sets.get("valid"),
                        checkpointer, precision, scaler, callbacks)
@@ -209,7 +210,7 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, resumed:
         raise UserError(f"data.max_len={cfg.data.max_len} is more than the {positions} positions "
                         f"of {cfg.model.lm.pretrained}: set data.max_len={positions} or less")
     if resumed:  # before wrapping: DDP starts every rank from these
-        load_model_weights(model, resumed.checkpoint, resumed.path)
+        load_model_weights(model, resumed.model.weights, resumed.path)
     elif cfg.model.word_vectors:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
@@ -221,8 +222,8 @@ def _fit(parts: _Parts, ctx: D.DistContext, resumed: Resumed | None, stop: StopR
     """Restore a resumed run's state, then train the epochs that are left."""
     trainer, state = parts.trainer, TrainState()
     if resumed:
-        describe_resume(resumed.checkpoint, ctx)
-        state, trainer.partial = trainer.checkpointer.restore(resumed.checkpoint, resumed.path)
+        describe_resume(resumed.training, ctx)
+        state, trainer.partial = trainer.checkpointer.restore(resumed.training, resumed.path)
         if run_complete(state, trainer.cfg.epochs) and "test" in parts.sets:
             log.info("re-scoring the best checkpoint (epoch %s) on the test set",
                      (state.best or {}).get("epoch"))
@@ -249,7 +250,7 @@ def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
 
 def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summary,
                 negative: int | None) -> None:
-    """Every rank tests the best weights: rank 0 reads best.pt and sends them (node-local run
+    """Every rank tests the best weights: rank 0 reads checkpoints/best and sends them (node-local run
     directories work); no rank keeps a copy of them while training."""
     trainer, test_set = parts.trainer, parts.sets["test"]
     model = D.unwrap(trainer.model)
@@ -258,7 +259,8 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
         model.load_state_dict(weights)
         del weights
     else:
-        log.warning("best weights unavailable (best.pt missing or unreadable): testing the last ones")
+        log.warning("best weights unavailable (checkpoints/best missing or unreadable): testing "
+                    "the last ones")
     start = time.perf_counter()
     metrics, probs = evaluate(model, test_set, cfg.train.eval_batch_size, labels, ctx, progress,
                               desc="test", precision=trainer.precision, negative=negative)
@@ -314,8 +316,8 @@ def _summary(cfg: Config, ctx: D.DistContext, state: TrainState, run_dir: Path,
                  "vocab_size": prepared.vocab_size,
                  "skipped": {k: len(v) for k, v in prepared.meta["skipped"].items()},
                  "report": prepared.meta.get("report")},
-        "checkpoints": {"best": str(run_dir / "checkpoints" / "best.pt"),
-                        "last": str(run_dir / "checkpoints" / "last.pt")},
+        "checkpoints": {"best": str(run_dir / "checkpoints" / "best"),
+                        "last": str(run_dir / "checkpoints" / "last")},
     }
 
 

@@ -36,8 +36,8 @@ def validate(cfg: Config) -> None:
         _check(bool(m.lm.pretrained) and Path(m.lm.pretrained).is_dir(),
                f"model.name=lm needs model.lm.pretrained=<local model folder>; not a folder: "
                f"'{m.lm.pretrained}'")
-    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).is_file(),
-           f"resume must be auto, never or a checkpoint file; not found: {cfg.resume}")
+    _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
+           f"resume must be auto, never or a checkpoint folder; not found: {cfg.resume}")
 
 
 def check_file(path: str, name: str) -> None:

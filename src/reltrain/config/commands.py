@@ -77,7 +77,8 @@ def from_args(cls, args: argparse.Namespace):
 
 
 ENCODING_HELP = "the data file's text encoding (default utf-8; gbk, gb18030, utf-16, ...)"
-_MODEL = "a .pt checkpoint, a run directory (its best checkpoint) or an exported folder"
+_MODEL = ("a model folder (a checkpoint such as RUN/checkpoints/best, or an export) or a run "
+          "directory (its best checkpoint)")
 
 
 @dataclass
@@ -146,7 +147,7 @@ class EvaluateOptions(ModelOptions):
 
 @dataclass
 class ServeOptions(ModelOptions):
-    model: str = opt(help="an exported folder, a run directory or a .pt checkpoint")
+    model: str = opt(help="a model folder (a checkpoint or an export) or a run directory")
     host: str = opt("127.0.0.1", "address to listen on (default 127.0.0.1; 0.0.0.0 for every "
                                  "interface)")
     port: int = opt(8000, "(default 8000)", bound=Bound(lambda v: 0 <= v <= 65535, "from 0 to 65535"))
@@ -193,7 +194,7 @@ EXPORT_FORMATS = ("safetensors", "onnx")
 
 @dataclass
 class ExportOptions:
-    checkpoint: str = opt(help="a .pt checkpoint, a run directory or an exported folder")
+    checkpoint: str = opt(help="a model folder (a checkpoint or an export) or a run directory")
     out_dir: str = opt(help="a new (or empty) folder", metavar="OUT_DIR")
     format: str = opt("safetensors", "onnx: also model.onnx, for --runtime onnx (needs "
                                      "reltrain[onnx])", choices=EXPORT_FORMATS)

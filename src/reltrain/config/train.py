@@ -185,7 +185,7 @@ class TrainConfig:
                                           "encoders), true or false", SWITCH)
     early_stopping: int = _opt(0, "stop after this many epochs without improvement; 0: off",
                                bound=Bound(lambda v: v >= 0, ">= 0 (0: off)"))
-    select_metric: str = _opt("auto", "validation figure that picks best.pt and drives the LR "
+    select_metric: str = _opt("auto", "validation figure that picks checkpoints/best and drives the LR "
                                       "plateau and early stopping: auto (positive_micro_f1 where "
                                       "the labels have a negative relation, else macro_f1), "
                                       "macro_f1, micro_f1, positive_micro_f1, positive_macro_f1, "
@@ -217,7 +217,7 @@ class DistConfig:
 class CheckpointConfig:
     every_steps: int = _opt(0, "also checkpoint every N optimizer steps (mid-epoch); 0: epoch ends only",
                            bound=NOT_NEGATIVE)
-    keep: int = _opt(2, "periodic checkpoints kept besides last.pt and best.pt", bound=AT_LEAST_1)
+    keep: int = _opt(2, "periodic checkpoints kept besides last and best", bound=AT_LEAST_1)
 
 
 @dataclass
@@ -235,7 +235,8 @@ class Config:
     dist: DistConfig = field(default_factory=DistConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
-    resume: str = _opt("auto", "auto (latest good checkpoint in output_dir, else fresh), never, or a PATH")
+    resume: str = _opt("auto", "auto (latest good checkpoint in output_dir, else fresh), never, or "
+                       "a checkpoint folder")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
     output_dir: str = _opt("", "run directory; empty: runs/<time>-<model>")
     devices: int = _opt(0, "start N processes through torch.distributed.run; 0: this process only",

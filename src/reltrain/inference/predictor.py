@@ -11,8 +11,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from reltrain.artifacts.model_folder import (Artifact, build_checked_model, is_exported, load_artifact,
-                                model_source)
+from reltrain.artifacts.model_folder import Artifact, build_checked_model, load_artifact, model_source
 from reltrain.config.train import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
@@ -42,13 +41,13 @@ class Predictor:
     @classmethod
     def from_checkpoint(cls, path: str | Path, device: str | torch.device = "cpu",
                         runtime: str = "torch", amp: str = "auto") -> "Predictor":
-        """``path``: a checkpoint, a run directory or an exported folder; ``runtime="onnx"``:
-        the folder's ``model.onnx``; ``amp`` as train.amp."""
+        """``path``: a model folder (a checkpoint or an export) or a run directory;
+        ``runtime="onnx"``: the folder's ``model.onnx``; ``amp`` as train.amp."""
         if runtime not in RUNTIMES:
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
         device = _device(device)
         path = model_source(path)  # a run directory: its best checkpoint
-        onnx = _onnx_model(path, is_exported(path), device) if runtime == "onnx" else None
+        onnx = _onnx_model(path, device) if runtime == "onnx" else None
         return cls.from_artifact(load_artifact(path), str(path), device=device, amp=amp, onnx=onnx)
 
     @classmethod
@@ -191,13 +190,12 @@ def _device(device: str | torch.device) -> torch.device:
     return device if isinstance(device, torch.device) else resolve_device(device)
 
 
-def _onnx_model(path: Path, exported: bool, device: torch.device):
+def _onnx_model(path: Path, device: torch.device):
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel
 
-    if not exported or not (path / ONNX_FILE).is_file():
-        raise UserError(f"--runtime onnx needs a folder with {ONNX_FILE}: reltrain export "
-                        f"CHECKPOINT OUT_DIR --format onnx"
-                        + ("" if exported else f" ({path} is a checkpoint)"))
+    if not (path / ONNX_FILE).is_file():
+        raise UserError(f"--runtime onnx needs a folder with {ONNX_FILE} ({path} has none): "
+                        f"reltrain export CHECKPOINT OUT_DIR --format onnx")
     model = OnnxModel(path / ONNX_FILE, device)
     model.check()
     return model

@@ -79,7 +79,7 @@ class TensorBoardLog(Callback):
 
 
 def build_callbacks(run_dir: Path, cfg, select: str) -> list[Callback]:
-    """``select``: the validation figure that picks best.pt, as resolved for this data."""
+    """``select``: the validation figure that picks checkpoints/best, as resolved for this data."""
     callbacks: list[Callback] = [EpochLine(cfg.train.epochs, select),
                                  MetricsLog(run_dir / "metrics.jsonl")]
     if cfg.log.tensorboard != "false" and importlib.util.find_spec("tensorboard") is not None:

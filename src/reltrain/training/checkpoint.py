@@ -1,30 +1,34 @@
-"""Saving a run's training state to checkpoints and restoring it, part for part; the file's
-format is ``reltrain.artifacts.checkpoint_format``'s."""
+"""Saving a run's checkpoints and restoring their training state, part for part; the folder and
+its files are ``reltrain.artifacts``'."""
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from reltrain.artifacts.checkpoint_format import (Checkpoint, EpochProgress, TrainState, atomic_write,
-                                        rank_state, save_checkpoint)
+from reltrain.artifacts.model_folder import Artifact
+from reltrain.artifacts.save import link_checkpoint, write_checkpoint
+from reltrain.artifacts.training_state import (STATE_FILE, EpochProgress, TrainingState, TrainState,
+                                               best_metric, rank_state)
 from reltrain.runtime.errors import UserError, first_line
 
 
 class Checkpointer:
     """Saves the training state part for part (model, optimizer, schedule, scaler, the trainer's
     counters, every rank's RNG and partial totals) and restores it the same way; rank 0 writes
-    ``last.pt``, ``best.pt`` and ``ckpt-<step>.pt`` links."""
+    the checkpoint folders ``last``, ``best`` and ``ckpt-<step>`` (links to ``last``'s files)."""
 
-    def __init__(self, directory: str | Path, static: dict, model, optimizer, scheduler,
-                 ctx, scaler=None, keep: int = 2):
+    def __init__(self, directory: str | Path, model_part: dict, run: dict, model, optimizer,
+                 scheduler, ctx, scaler=None, keep: int = 2):
         self.directory, self.ctx = Path(directory), ctx
-        self.static, self.model = static, model  # static: the Checkpoint fields fixed for the run
+        # model_part: the Artifact's fields fixed for the run; run: the TrainingState's
+        self.model_part, self.run, self.model = model_part, run, model
         self.optimizer, self.scheduler, self.scaler, self.keep = optimizer, scheduler, scaler, keep
 
     def _scaling(self) -> bool:
@@ -37,33 +41,31 @@ class Checkpointer:
             return
         from reltrain.runtime import distributed as D
 
-        ck = Checkpoint(**self.static, model=D.unwrap(self.model).state_dict(),
-                        optimizer=self.optimizer.state_dict(),
-                        scheduler=self.scheduler.state_dict(),
-                        scaler=self.scaler.state_dict() if self._scaling() else None,
-                        state=asdict(state), rank_states=rank_states)
-        if best:  # before last.pt: a crash in between replays the epoch, which rewrites best.pt
-            save_checkpoint(self.directory / "best.pt", ck, summary)
-        last = self.directory / "last.pt"
-        save_checkpoint(last, ck, summary)
-        numbered = self.directory / f"ckpt-{state.step:08d}.pt"
-        for suffix in ("", ".json"):
-            _link_or_copy(Path(str(last) + suffix), Path(str(numbered) + suffix))
+        model = Artifact(**self.model_part, weights=D.unwrap(self.model).state_dict(),
+                         best=best_metric(state.best), test=None)
+        training = TrainingState(**self.run, optimizer=self.optimizer.state_dict(),
+                                 scheduler=self.scheduler.state_dict(),
+                                 scaler=self.scaler.state_dict() if self._scaling() else None,
+                                 state=asdict(state), rank_states=rank_states)
+        if best:  # before last: a crash in between replays the epoch, which rewrites best
+            write_checkpoint(self.directory / "best", model, training, summary)
+        last = self.directory / "last"
+        write_checkpoint(last, model, training, summary)
+        link_checkpoint(last, self.directory / f"ckpt-{state.step:08d}")
         for old in numbered_checkpoints(self.directory)[self.keep:]:
-            for suffix in ("", ".json"):
-                Path(str(old) + suffix).unlink(missing_ok=True)
+            shutil.rmtree(old, ignore_errors=True)
 
-    def restore(self, ck: Checkpoint, where: str) -> tuple[TrainState, EpochProgress]:
-        """Put a checkpoint (on every rank, resume.find_resume) back into the parts it was saved
-        from, but the model's weights, which ``load_model_weights`` put in before wrapping;
-        returns the trainer's counters and this rank's partial-epoch totals."""
-        _load_part(self.optimizer, ck.optimizer, "optimizer state", where)
-        _load_part(self.scheduler, ck.scheduler, "learning-rate schedule state", where)
-        if self._scaling() and ck.scaler is not None:  # a scaler only where fp16 ran
-            _load_part(self.scaler, ck.scaler, "gradient scaler state", where)
+    def restore(self, training: TrainingState, where: str) -> tuple[TrainState, EpochProgress]:
+        """Put a checkpoint's training state (on every rank, resume.find_resume) back into the
+        parts it was saved from; the model's weights ``load_model_weights`` put in before
+        wrapping. Returns the trainer's counters and this rank's partial-epoch totals."""
+        _load_part(self.optimizer, training.optimizer, "optimizer state", where)
+        _load_part(self.scheduler, training.scheduler, "learning-rate schedule state", where)
+        if self._scaling() and training.scaler is not None:  # a scaler only where fp16 ran
+            _load_part(self.scaler, training.scaler, "gradient scaler state", where)
         rank, world_size = self.ctx.rank, self.ctx.world_size
-        ck.restore_rng(rank)
-        progress = ck.rank_progress()
+        training.restore_rng(rank)
+        progress = training.rank_progress()
         if len(progress) == world_size:
             partial = progress[rank]
         elif rank == 0:  # the epoch's running totals of all old ranks, on the new rank 0
@@ -72,15 +74,13 @@ class Checkpointer:
                                     max(p.seconds for p in progress))
         else:
             partial = EpochProgress()
-        return ck.train_state(), partial
+        return training.train_state(), partial
 
 
-def load_model_weights(model, ck: Checkpoint, where: str) -> None:
+def load_model_weights(model, weights: dict, where: str) -> None:
     """A resumed run's weights into the model before DDP wraps it: wrapping then starts every
     rank from them, and nothing is loaded into a wrapper."""
-    from reltrain.artifacts.model_folder import strip_wrapper_prefixes
-
-    _load_part(model, strip_wrapper_prefixes(ck.model), "model state", where)
+    _load_part(model, weights, "model state", where)
 
 
 def _load_part(part, state: dict, what: str, where: str) -> None:
@@ -91,33 +91,23 @@ def _load_part(part, state: dict, what: str, where: str) -> None:
                         f"({first_line(exc)[:200]})") from None
 
 
-def _link_or_copy(src: Path, dst: Path) -> None:
-    tmp = dst.with_name(dst.name + ".tmp")
-    tmp.unlink(missing_ok=True)
-    try:
-        os.link(src, tmp)
-        os.replace(tmp, dst)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        atomic_write(dst, lambda f: f.write(src.read_bytes()))
-
-
 def numbered_checkpoints(directory: Path) -> list[Path]:
-    """``ckpt-<step>.pt`` files, newest first."""
+    """``ckpt-<step>`` folders, newest first."""
     found = []
-    for path in Path(directory).glob("ckpt-*.pt"):
-        step = path.stem[len("ckpt-"):]
-        if step.isascii() and step.isdigit():
+    for path in Path(directory).glob("ckpt-*"):
+        step = path.name[len("ckpt-"):]
+        if step.isascii() and step.isdigit() and path.is_dir():
             found.append((int(step), path))
     return [p for _, p in sorted(found, reverse=True)]
 
 
 def resume_candidates(directory: Path) -> list[Path]:
-    """Checkpoints for ``resume=auto``, newest first; ``last.pt`` (written before its link)
-    leads."""
+    """Checkpoint folders for ``resume=auto``, newest first; ``last`` (written before its
+    link) leads."""
     out: list[Path] = []
-    for path in [Path(directory) / "last.pt", *numbered_checkpoints(directory)]:
-        if path.is_file() and not any(os.path.samefile(path, p) for p in out):
+    for path in [Path(directory) / "last", *numbered_checkpoints(directory)]:
+        state = path / STATE_FILE
+        if state.is_file() and not any(os.path.samefile(state, p / STATE_FILE) for p in out):
             out.append(path)
     return out
 

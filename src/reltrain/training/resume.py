@@ -1,16 +1,20 @@
-"""Finding, checking and applying the checkpoint a run continues from. Rank 0 reads the file and
+"""Finding, checking and applying the checkpoint a run continues from. Rank 0 reads the folder and
 broadcasts it, so the other ranks need not see the run directory."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import fields
 from pathlib import Path
 from typing import NamedTuple
 
-from reltrain.runtime import distributed as D
-from reltrain.artifacts.model_folder import Artifact, strip_wrapper_prefixes
-from reltrain.artifacts.checkpoint_format import Checkpoint, RunIdentity, TrainState, load_checkpoint
+from reltrain.artifacts.model_folder import (Artifact, checked_tokenizer, model_source,
+                                             read_model_folder)
+from reltrain.artifacts.save import recover_checkpoints
+from reltrain.artifacts.training_state import (STATE_FILE, RunIdentity, TrainingState, TrainState,
+                                               load_training_state)
 from reltrain.config.train import Config, dotted, to_dict
+from reltrain.runtime import distributed as D
 from reltrain.runtime.errors import UserError
 from reltrain.training.checkpoint import resume_candidates
 from reltrain.training.optim import linear_schedule
@@ -19,51 +23,73 @@ log = logging.getLogger(__name__)
 
 
 class Resumed(NamedTuple):
-    checkpoint: Checkpoint
+    """The checkpoint a run continues from: its model folder and its training state."""
+
+    model: Artifact
+    training: TrainingState
     path: str
+
+
+def read_checkpoint(folder: Path) -> Resumed:
+    """A checkpoint folder, both halves checked."""
+    training = load_training_state(folder / STATE_FILE)
+    training.check(str(folder))
+    return Resumed(read_model_folder(folder), training, str(folder))
 
 
 def find_resume(cfg: Config, run_dir: Path, identity: RunIdentity,
                 ctx: D.DistContext) -> Resumed | None:
     """The checkpoint to continue from (on every rank), or None for a fresh start."""
     found = ctx.agree(lambda: _pick(cfg, run_dir, identity))
-    # The payload travels (its tensors by broadcast); rank 0 has checked it.
-    return Resumed(Checkpoint.from_payload(found[0], found[1]), found[1]) if found else None
+    # The fields travel (their tensors by broadcast); rank 0 has checked them.
+    if not found:
+        return None
+    model, training, path = found
+    return Resumed(Artifact(**model), TrainingState(**training), path)
 
 
-def _pick(cfg: Config, run_dir: Path, identity: RunIdentity) -> tuple[dict, str] | None:
+def _pick(cfg: Config, run_dir: Path, identity: RunIdentity) -> tuple | None:
     directory = run_dir / "checkpoints"
+    if directory.is_dir():
+        recover_checkpoints(directory)  # a folder moved aside by a write that was killed
     if cfg.resume == "never":
-        if (directory / "last.pt").exists():
+        if (directory / "last").exists():
             log.warning("resume=never: starting afresh; checkpoints in %s will be overwritten", directory)
         return None
     explicit = cfg.resume != "auto"
     candidates = [Path(cfg.resume)] if explicit else resume_candidates(directory)
-    if not candidates and (directory / "best.pt").is_file():
-        # Starting afresh would overwrite best.pt and metrics.jsonl without a word.
-        raise UserError(f"{directory} holds best.pt but no last.pt to resume from: continue from "
-                        f"the best epoch with resume={directory / 'best.pt'}, or keep it and "
-                        f"use another output_dir (resume=never starts afresh and overwrites it)")
+    if not candidates and (directory / "best" / STATE_FILE).is_file():
+        # Starting afresh would overwrite best and metrics.jsonl without a word.
+        raise UserError(f"{directory} holds best but no last to resume from: continue from the "
+                        f"best epoch with resume={directory / 'best'}, or keep it and use another "
+                        f"output_dir (resume=never starts afresh and overwrites it)")
     for path in candidates:
         try:
-            ck = load_checkpoint(path)
-            check_compatible(ck, path, cfg, identity)
+            if explicit:
+                path = model_source(path)
+            ck = read_checkpoint(path)
+            check_compatible(ck, cfg, identity)
         except UserError as exc:
             if explicit or isinstance(exc, Mismatch):
                 raise
             log.warning("%s; trying the previous checkpoint", exc)
             continue
-        state = ck.train_state()
+        state = ck.training.train_state()
         if run_complete(state, cfg.train.epochs):
             log.info("the run in %s is complete (%s); nothing to train", run_dir,
                      _progress_text(state))
         else:
             log.info("resuming from %s (epoch %d, %d batches into it, step %d)", path,
                      state.epoch, state.batch_in_epoch, state.step)
-        return ck.to_payload(), str(path)
+        return vars_of(ck.model), vars_of(ck.training), ck.path
     if candidates:
         log.warning("no readable checkpoint in %s: starting afresh", directory)
     return None
+
+
+def vars_of(obj) -> dict:
+    """A dataclass's fields, not copied (``dataclasses.asdict`` would copy every tensor)."""
+    return {f.name: getattr(obj, f.name) for f in fields(obj)}
 
 
 class Mismatch(UserError):
@@ -98,14 +124,11 @@ def _progress_text(state: TrainState) -> str:
     return text
 
 
-def check_compatible(ck: Checkpoint, path: Path, cfg: Config, identity: RunIdentity) -> None:
+def check_compatible(ck: Resumed, cfg: Config, identity: RunIdentity) -> None:
     """A checkpoint of another model, vocabulary, label set or recipe is a clear error. Options that
     do not change the result may change; ``train.epochs`` and ``train.early_stopping`` apply from
     here on, with a note; any other change is refused, so ``config.yaml`` says what ran."""
-    # Every field resuming reads, typed and bounded: the model's own through Artifact (config,
-    # labels, vocabulary, weights), the training parts by the checkpoint's schema.
-    old = Artifact.from_checkpoint(ck, str(path)).config
-    ck.check_training_parts(str(path))
+    path, old, training = ck.path, ck.model.config, ck.training
     was = dotted(to_dict(old))
     for key, now in dotted(to_dict(cfg)).items():
         if (key.startswith("model.") or key in _FIXED_FOR_RESUME) and was.get(key, now) != now:
@@ -113,15 +136,29 @@ def check_compatible(ck: Checkpoint, path: Path, cfg: Config, identity: RunIdent
                            f"{now!r}; a resumed run continues with the checkpoint's settings (set "
                            f"{key}={was[key]}, or use another output_dir or resume=never to "
                            f"start afresh)")
-    wanted, saved = cfg.train.global_batch_size, ck.global_batch_size
+    wanted, saved = cfg.train.global_batch_size, training.global_batch_size
     if wanted and wanted != saved:
         raise Mismatch(f"{path}: does not match this run: it trained with a global batch of "
                         f"{saved}, not train.global_batch_size={wanted}; the per-process batch and "
                         f"the number of processes may change, the global batch may not")
-    different = ck.mismatch(identity)
+    different = _mismatch(ck, identity)
     if different:
         raise Mismatch(f"{path}: does not match this run: {different}")
-    _note_applied_changes(old.train, cfg, ck.train_state())
+    _note_applied_changes(old.train, cfg, training.train_state())
+
+
+def _mismatch(ck: Resumed, run: RunIdentity) -> str | None:
+    """What differs between the checkpoint and this run's data, in words, or None."""
+    lm = checked_tokenizer(run.lm, "this run's tokenizer") if run.lm else None
+    if ck.model.labels != run.labels:
+        return "it was trained on another label set"
+    if ck.model.vocab != run.vocab or ck.model.lm != lm:
+        return ("it was trained with another vocabulary (different training data or "
+                "preprocessing options)")
+    if ck.training.data_key is not None and ck.training.data_key != run.data_key:
+        return ("the data files changed since it was written (use another output_dir, or "
+                "resume=never to start afresh)")
+    return None
 
 
 def _note_applied_changes(was, cfg: Config, state: TrainState) -> None:
@@ -137,27 +174,26 @@ def _note_applied_changes(was, cfg: Config, state: TrainState) -> None:
                     was.early_stopping, t.early_stopping)
 
 
-def describe_resume(ck: Checkpoint, ctx: D.DistContext) -> None:
-    if ck.world_size != ctx.world_size:
+def describe_resume(training: TrainingState, ctx: D.DistContext) -> None:
+    if training.world_size != ctx.world_size:
         log.info("resuming on %d process(es) a run saved by %d, with the same global batch of %d "
-                 "(%s)", ctx.world_size, ck.world_size, ck.global_batch_size,
-                 "mid-epoch, at the same example" if ck.train_state().batch_in_epoch
+                 "(%s)", ctx.world_size, training.world_size, training.global_batch_size,
+                 "mid-epoch, at the same example" if training.train_state().batch_in_epoch
                  else "at an epoch end")
 
 
 def load_best_weights(run_dir: Path, state: TrainState, ctx: D.DistContext) -> dict | None:
-    """The weights of ``best.pt`` if they belong to this state's best epoch, on every rank (rank
-    0 reads; the tensors travel by broadcast), else None."""
+    """The weights of ``checkpoints/best`` if they belong to this state's best epoch, on every
+    rank (rank 0 reads; the tensors travel by broadcast), else None."""
     def read() -> dict | None:
         if state.best is None:
             return None
-        path = run_dir / "checkpoints" / "best.pt"
         try:
-            ck = load_checkpoint(path)
+            ck = read_checkpoint(run_dir / "checkpoints" / "best")
         except UserError as exc:
             log.warning("%s", exc)
             return None
-        best = (ck.best() or {}).get("epoch")
-        return strip_wrapper_prefixes(ck.model) if best == state.best["epoch"] else None
+        best = ck.training.train_state().best or {}
+        return ck.model.weights if best.get("epoch") == state.best["epoch"] else None
 
     return ctx.agree(read)

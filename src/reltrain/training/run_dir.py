@@ -9,6 +9,7 @@ import socket
 import time
 from pathlib import Path
 
+from reltrain.artifacts.save import recover_checkpoints
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.output import write_output
 from reltrain.runtime import distributed as D
@@ -110,8 +111,7 @@ def start_run_dir(run_dir: Path, cfg, next_epoch: int) -> None:
     log_path = run_dir / "metrics.jsonl"
     try:
         (run_dir / "checkpoints").mkdir(parents=True, exist_ok=True)
-        for stale in (run_dir / "checkpoints").glob("*.tmp"):  # left by a write that was killed
-            stale.unlink()
+        recover_checkpoints(run_dir / "checkpoints")  # after a write that was killed
         write_output(str(run_dir / "config.yaml"), OmegaConf.to_yaml(OmegaConf.structured(cfg)))
         kept = [r for r in read_history(run_dir) if r["epoch"] < next_epoch]
         write_output(str(log_path), "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in kept))

@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn as nn
 
-from reltrain.artifacts.checkpoint_format import EpochProgress, TrainState
+from reltrain.artifacts.training_state import EpochProgress, TrainState
 from reltrain.config.train import METRICS
 from reltrain.runtime.errors import Preempted, SharedUserError
 from reltrain.models.dropout import example_noise_seeds
@@ -139,7 +139,7 @@ class Trainer:
         self.partial = EpochProgress(total.item(), examples, time.perf_counter() - start)
         self._save(state, best=False, summary={"epoch": epoch, "step": state.step})
         if signum:
-            raise Preempted(signum, str(self.checkpointer.directory / "last.pt"))
+            raise Preempted(signum, str(self.checkpointer.directory / "last"))
 
     def _run_step(self, step, step_number: int) -> torch.Tensor:
         """One optimizer step on the global batch: each micro-batch's loss is its share of the
@@ -174,7 +174,7 @@ class Trainer:
         return total * step.global_size
 
     def _validate(self, epoch: int, state: TrainState, record: dict) -> bool:
-        """Score the validation split; update bests and the LR. True if best.pt should change."""
+        """Score the validation split; update bests and the LR. True if checkpoints/best should change."""
         if self.valid_set is None:  # nothing to select on: the latest epoch is the best one
             state.best = {"metric": None, "value": None, "epoch": epoch, "valid": None}
             return True

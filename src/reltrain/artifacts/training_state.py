@@ -1,11 +1,10 @@
-"""The checkpoint file: one versioned dataclass, and the only code that names its keys. Training
-writes it (training/checkpoint.py); resuming and every model reader (model_folder.py) read it
-through ``load_checkpoint``, with ``torch.load(weights_only=True)``, and check each field they
-use before using it: a checkpoint is input from a stranger."""
+"""A checkpoint's training state (``training_state.pt``, beside the model folder): one versioned
+dataclass, and the only code that names its keys. Training writes it (training/checkpoint.py);
+resuming reads it with ``torch.load(weights_only=True)`` and checks each field before using it:
+a checkpoint is input from a stranger. The model itself is the folder's (model_folder.py)."""
 
 from __future__ import annotations
 
-import json
 import math
 import pickle
 import random
@@ -18,9 +17,9 @@ import torch
 
 from reltrain.config.train import METRICS
 from reltrain.runtime.errors import UserError, first_line
-from reltrain.runtime.output import atomic_file
 
-FORMAT = "reltrain-checkpoint"
+FORMAT = "reltrain-training-state"
+STATE_FILE = "training_state.pt"
 VERSION = 1
 
 
@@ -57,19 +56,11 @@ class RunIdentity:
 
 
 @dataclass
-class Checkpoint:
-    """What a checkpoint holds. The model's own part (config to data_rows) is in every one and is
-    what prediction reads; the training parts (world_size on) are what resuming reads. Tensors
-    and plain data only, so ``weights_only`` loading reads it."""
+class TrainingState:
+    """``training_state.pt``: what resuming needs beside a checkpoint's model folder. Tensors and
+    plain data only, so ``weights_only`` loading reads it."""
 
-    config: dict
-    labels: list
-    model: dict  # the plain model's state_dict (no wrapper prefixes)
-    vocab: list | None = None  # reltrain's own encoders
-    lm: dict | None = None  # a pretrained encoder's tokenizer: {"files", "types", "added"}
-    hf_config: dict | None = None
     data_key: str | None = None  # the prepared data's cache key
-    data_rows: dict | None = None  # rows per split
     world_size: int | None = None
     global_batch_size: int | None = None
     optimizer: dict | None = None
@@ -79,11 +70,8 @@ class Checkpoint:
     rank_states: list | None = None  # per rank: {"rng": capture_rng(), "progress": EpochProgress}
 
     @classmethod
-    def from_payload(cls, payload: dict, where: str) -> "Checkpoint":
-        """The fields of a loaded file, as they are (each reader checks what it uses)."""
-        missing = [f.name for f in fields(cls)[:3] if f.name not in payload]
-        if missing:
-            raise UserError(f"{where}: incomplete: no {', '.join(missing)}")
+    def from_payload(cls, payload: dict) -> "TrainingState":
+        """The fields of a loaded file, as they are (``check`` bounds them)."""
         return cls(**{f.name: payload.get(f.name) for f in fields(cls)})
 
     def to_payload(self) -> dict:
@@ -91,9 +79,9 @@ class Checkpoint:
         return {"format": FORMAT, "version": VERSION,
                 **{k: v for k, v in present.items() if v is not None}}
 
-    def check_training_parts(self, where: str) -> None:
-        """Every training field resuming reads, typed and bounded: a stranger's file is one line,
-        never a traceback in the middle of a restore (the model's part: ``Artifact``)."""
+    def check(self, where: str) -> None:
+        """Every field resuming reads, typed and bounded: a stranger's file is one line, never a
+        traceback in the middle of a restore (the model's part: ``Artifact``)."""
         state, ranks = self.state, self.rank_states
         problems = {
             "its training state": isinstance(state, dict)
@@ -108,26 +96,15 @@ class Checkpoint:
             and isinstance(self.scheduler, dict),
             "its world size and global batch": _count(self.world_size, 1)
             and _count(self.global_batch_size, 1),
+            "its data key": self.data_key is None or isinstance(self.data_key, str),
         }
         wrong = [what for what, fine in problems.items() if not fine]
         if wrong:
             raise UserError(f"{where}: not a resumable checkpoint of this reltrain version "
                             f"({wrong[0]}; it can still be used with evaluate / predict)")
 
-    def mismatch(self, run: RunIdentity) -> str | None:
-        """What differs between this checkpoint and ``run``, in words, or None."""
-        if self.labels != run.labels:
-            return "it was trained on another label set"
-        if self.vocab != run.vocab or self.lm != run.lm:
-            return ("it was trained with another vocabulary (different training data or "
-                    "preprocessing options)")
-        if self.data_key is not None and self.data_key != run.data_key:
-            return ("the data files changed since it was written (use another output_dir, or "
-                    "resume=never to start afresh)")
-        return None
-
     def train_state(self) -> TrainState:
-        """The counters (after ``check_training_parts``)."""
+        """The counters (after ``check``)."""
         return TrainState(**self.state)
 
     def rank_progress(self) -> list[EpochProgress]:
@@ -137,12 +114,6 @@ class Checkpoint:
         """This rank's RNG streams as saved; a rank the saving run did not have takes rank
         ``rank % saved ranks``'s."""
         _restore_rng(self.rank_states[rank % len(self.rank_states)]["rng"])
-
-    def best(self) -> dict | None:
-        """The state's best, when well formed: ``{"metric", "value", "epoch", ...}``, the metric
-        None where no validation split selects (the latest epoch is the best one)."""
-        best = self.state.get("best") if isinstance(self.state, dict) else None
-        return best if _best_of_state(best) else None
 
 
 def rank_state(progress: EpochProgress) -> dict:
@@ -246,42 +217,31 @@ def _bytes(value: object) -> bool:
             and value.numel() <= 1 << 16)
 
 
-def save_checkpoint(path: str | Path, checkpoint: Checkpoint, sidecar: dict | None = None) -> None:
-    """Write a temporary file beside ``path``, fsync, rename: a crash leaves the old file whole.
-    ``sidecar`` (the epoch's summary) goes beside it as ``<path>.json``."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = checkpoint.to_payload()
-    atomic_write(path, lambda f: torch.save(payload, f))
-    if sidecar is not None:
-        text = json.dumps(sidecar, indent=2, ensure_ascii=False).encode()
-        atomic_write(path.with_suffix(path.suffix + ".json"), lambda f: f.write(text))
+def save_training_state(path: Path, training: TrainingState) -> None:
+    """``torch.save`` of the payload into a folder being written (renamed into place after)."""
+    with open(path, "wb") as f:
+        torch.save(training.to_payload(), f)
 
 
-def atomic_write(path: Path, write) -> None:
-    # ".tmp": a run directory's leftovers of a killed write are removed by that suffix.
-    with atomic_file(path, "wb", suffix=".tmp", fsync=True) as f:
-        write(f)
-
-
-def load_checkpoint(path: str | Path, map_location="cpu") -> Checkpoint:
-    """Read a reltrain checkpoint with ``weights_only=True``; a bad file is a one-line error."""
-    path = Path(path)
+def load_training_state(path: Path, map_location="cpu") -> TrainingState:
+    """Read ``training_state.pt`` with ``weights_only=True``; a bad file is one line."""
     if not path.is_file():
-        raise UserError(f"{path}: checkpoint not found")
+        raise UserError(f"{path.parent}: not a resumable checkpoint (no {path.name}; a model "
+                        f"folder without it can still be used with evaluate / predict)")
     _check_members(path)
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except Exception as exc:  # truncated zip, foreign pickle, ...: all one user-facing answer
-        raise UserError(f"{path}: not a readable reltrain checkpoint ({_load_failure(path, exc)})") from None
+        raise UserError(f"{path}: not a readable reltrain training state "
+                        f"({_load_failure(path, exc)})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
-        raise UserError(f"{path}: not a reltrain checkpoint")
+        raise UserError(f"{path}: not a reltrain training state")
     version = payload.get("version", 0)
     if not isinstance(version, int) or isinstance(version, bool) or version < 0:
         raise UserError(f"{path}: its format version must be a non-negative integer")
     if version > VERSION:
         raise UserError(f"{path}: written by a newer reltrain (format {version})")
-    return Checkpoint.from_payload(payload, str(path))
+    return TrainingState.from_payload(payload)
 
 
 def _check_members(path: Path) -> None:
