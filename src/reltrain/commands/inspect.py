@@ -45,6 +45,8 @@ def run_inspect(options: InspectOptions) -> dict:
     from reltrain.data.readers import read_labels
     from reltrain.data.report import data_report, report_lines
 
+    if _extraction(options.files[0], options.encoding):
+        return _inspect_extraction(options)
     labels = read_labels(options.labels, options.encoding) if options.labels else None
     report = data_report(split_names(options.files), labels, options.encoding)
     if options.as_json:
@@ -60,4 +62,30 @@ def run_inspect(options: InspectOptions) -> dict:
         print(f"  {line}")
     if len(lines) <= 1:
         print("  no repeated rows, no sentence of another file in train, every relation trained")
+    return report
+
+
+def _extraction(path: str, encoding: str) -> bool:
+    """A file of the extraction task (entities and relations of whole sentences)?"""
+    from reltrain.data.extraction import detect
+
+    kind = detect(path, encoding)
+    if kind != "spert":
+        return kind in ("pure", "duie", "reltrain")
+    from reltrain.data import formats
+    from reltrain.data.readers import read_lines
+
+    first = next(formats.tacred_rows(path, read_lines(path, encoding), lambda obj, p, n: obj), None)
+    obj = first[1]() if first else None
+    return isinstance(obj, dict) and "entities" in obj  # else TACRED's array
+
+
+def _inspect_extraction(options: InspectOptions) -> dict:
+    from reltrain.data.extraction_report import extraction_lines, extraction_report
+
+    report = extraction_report(split_names(options.files), options.encoding)
+    if options.as_json:
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+    else:
+        print("\n".join(extraction_lines(report)))
     return report

@@ -77,3 +77,40 @@ class EntitySentence:
         return [Record(self.text, h, t, None, self.source, id=self.id)
                 for i, h in enumerate(self.entities) for j, t in enumerate(self.entities)
                 if i != j and (h.start, h.end) != (t.start, t.end)]
+
+
+# The extraction task (task=extract): a sentence with every entity mention and the relations
+# among them, as the four gold formats give them (data/extraction.py) and as a model answers.
+
+@dataclass(frozen=True)
+class Span:
+    """An entity mention by character offsets into the sentence (``end`` exclusive); mentions
+    of one sentence may nest or overlap where the format allows."""
+
+    start: int
+    end: int
+    type: str
+
+
+@dataclass(frozen=True)
+class Link:
+    """A relation from ``entities[head]`` to ``entities[tail]`` of its sentence."""
+
+    head: int
+    tail: int
+    type: str
+
+
+@dataclass(frozen=True)
+class Annotated:
+    """A sentence with its entities and relations (none of either for raw text to predict on);
+    ``tokens`` where the input gave them (``text`` is then the tokens joined by single spaces);
+    ``strings``: the format named entities by their strings (DuIE), so ``triples_f1`` applies."""
+
+    text: str
+    entities: tuple[Span, ...]
+    relations: tuple[Link, ...]
+    source: str
+    tokens: tuple[str, ...] | None = None
+    id: str | int | None = None
+    strings: bool = False

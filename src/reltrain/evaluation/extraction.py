@@ -1,0 +1,97 @@
+"""The scores of the extraction task, micro over a whole set (as SpERT, PURE and DuIE count them):
+``entities_f1`` (span and type exact), ``relations_strict_f1`` (both spans, both types and the
+relation: SpERT's "with NER", PURE's "Rel+"), ``relations_boundaries_f1`` (both spans and the
+relation) and, where entities were strings (DuIE), ``triples_f1`` over (subject text,
+predicate, object text) sets per sentence; each with P and R, per entity type and per relation.
+A relation the types file marks symmetric counts in either order. Each item counts once."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+
+from reltrain.data.schema import Annotated
+
+SCORES = ("entities", "relations_strict", "relations_boundaries", "triples")
+
+
+def sentence_items(sentence: Annotated, symmetric: frozenset[str] = frozenset()) -> dict[str, set]:
+    """The sets one sentence is scored by: each item is (kind, what), its kind the entity type
+    or the relation."""
+    ents = sentence.entities
+    items: dict[str, set] = {"entities": {(e.type, (e.start, e.end)) for e in ents},
+                             "relations_strict": set(), "relations_boundaries": set(),
+                             "triples": set()}
+    for link in sentence.relations:
+        head, tail = ents[link.head], ents[link.tail]
+        ends = [((head.start, head.end), head.type), ((tail.start, tail.end), tail.type)]
+        if link.type in symmetric:
+            ends.sort()
+        items["relations_strict"].add((link.type, tuple(ends)))
+        items["relations_boundaries"].add((link.type, (ends[0][0], ends[1][0])))
+        texts = [sentence.text[s:e] for (s, e), _ in ends]
+        items["triples"].add((link.type, tuple(sorted(texts)) if link.type in symmetric
+                              else tuple(texts)))
+    return items
+
+
+class ExtractionCounts:
+    """True positives, predictions and gold items per score and kind, summed over sentences; the
+    counts of several processes add up (``merge``), so a sharded evaluation scores exactly."""
+
+    def __init__(self):
+        self.counts: dict[str, Counter] = {name: Counter() for name in SCORES}
+
+    def add(self, gold: Annotated, predicted: Annotated, symmetric: frozenset[str] = frozenset()):
+        want, got = sentence_items(gold, symmetric), sentence_items(predicted, symmetric)
+        for name in SCORES:
+            for kind, _ in want[name]:
+                self.counts[name][("gold", kind)] += 1
+            for kind, _ in got[name]:
+                self.counts[name][("pred", kind)] += 1
+            for kind, _ in want[name] & got[name]:
+                self.counts[name][("tp", kind)] += 1
+        return self
+
+    def merge(self, others: Iterable["ExtractionCounts"]) -> "ExtractionCounts":
+        for other in others:
+            for name in SCORES:
+                self.counts[name].update(other.counts[name])
+        return self
+
+    def metrics(self, strings: bool = False) -> dict:
+        """``{score}_f1``, ``_precision``, ``_recall`` and ``_support`` for each score (``triples``
+        only with ``strings``), and ``per_entity_type`` / ``per_relation`` (strict)."""
+        out: dict = {}
+        for name in SCORES if strings else SCORES[:3]:
+            total = {k: sum(v for (what, _), v in self.counts[name].items() if what == k)
+                     for k in ("tp", "pred", "gold")}
+            out.update({f"{name}_{k}": v for k, v in _prf(**total).items()})
+        out["per_entity_type"] = self._per_kind("entities")
+        out["per_relation"] = self._per_kind("relations_strict")
+        return out
+
+    def _per_kind(self, name: str) -> dict:
+        kinds = sorted({kind for _, kind in self.counts[name]})
+        return {kind: _prf(*(self.counts[name][(k, kind)] for k in ("tp", "pred", "gold")))
+                for kind in kinds}
+
+
+def _prf(tp: int, pred: int, gold: int) -> dict:
+    precision = tp / pred if pred else 0.0
+    recall = tp / gold if gold else 0.0
+    f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"f1": f1, "precision": precision, "recall": recall, "support": gold}
+
+
+def extraction_metrics(gold: list[Annotated], predicted: list[Annotated],
+                       symmetric: frozenset[str] = frozenset()) -> dict:
+    """The scores of ``predicted`` against ``gold``, sentence by sentence in the same order."""
+    if len(gold) != len(predicted):
+        raise ValueError(f"{len(gold)} gold sentences but {len(predicted)} answers")
+    counts = ExtractionCounts()
+    for want, got in zip(gold, predicted):
+        counts.add(want, got, symmetric)
+    metrics = counts.metrics(strings=any(s.strings for s in gold))
+    metrics["num_sentences"] = len(gold)
+    return metrics
