@@ -18,7 +18,8 @@ def extraction_report(files: dict[str, str], encoding: str = "utf-8") -> dict:
     for name, path in files.items():
         kind = detect(path, encoding)
         split = {"file": str(path), "format": KINDS[kind], "sentences": 0, "entities": Counter(),
-                 "relations": Counter(), "triples": 0, "overlapping_mentions": 0, "pairs_with_several_relations": 0,
+                 "relations": Counter(), "triples": 0, "overlapping_mentions": 0,
+                 "pairs_with_several_relations": 0,
                  "strings_not_found": 0, "compound_objects": 0, "bad_rows": 0, "bad_examples": []}
         seen = texts.setdefault(name, set())
         for _, build in iter_annotated(path, encoding, kind=kind):
