@@ -1,0 +1,157 @@
+"""Sentences of the extraction task as the span model reads them (U units: words, or characters
+for Chinese; S candidate spans of at most W units; P entity pairs; R relations). A unit is the
+configured tokenizer's piece; a pretrained encoder reads subwords and each unit takes its first
+subword's state. Every span of at most W units is a candidate; the pairs are every ordered pair
+of gold entities in training (of predicted ones in prediction, models/spans.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+import numpy as np
+import torch
+
+from reltrain.data.schema import Annotated
+from reltrain.data.tokenize import Tokenizer
+
+
+@dataclass
+class SpanExample:
+    ids: np.ndarray  # (T,) the encoder's token ids
+    first: np.ndarray  # (U,) each unit's first token in ids
+    units: np.ndarray  # (U, 2) character offsets of each unit, end exclusive
+    spans: np.ndarray  # (S, 2) candidate unit spans, end exclusive
+    span_labels: np.ndarray  # (S,) entity type + 1, 0 for none
+    pairs: np.ndarray  # (P, 2) indices into spans: every ordered pair of gold entities
+    pair_labels: np.ndarray  # (P, R) 1 where the relation holds
+    lost: int = 0  # gold entities no candidate span is (off unit edges, wider than W, cut off)
+
+
+class SpanEncoder:
+    """Annotated sentences -> ``SpanExample``: units from ``tokenizer`` (or the sentence's own
+    tokens), ids from ``to_ids`` (a vocabulary) or from ``lm`` (a pretrained tokenizer)."""
+
+    def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
+                 max_width: int, max_units: int, to_ids=None, lm=None):
+        self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
+        self.types = {t: i + 1 for i, t in enumerate(entity_types)}
+        self.relations = {r: i for i, r in enumerate(relations)}
+        self.max_width, self.max_units = max_width, max_units
+
+    def units(self, sentence: Annotated, cuts: set[int]) -> list[tuple[str, int, int]]:
+        if sentence.tokens is not None:
+            out, at = [], 0
+            for token in sentence.tokens:
+                out.append((token, at, at + len(token)))
+                at += len(token) + 1
+            return out[:self.max_units]
+        return self.tokenizer.pieces(sentence.text, cuts)[:self.max_units]
+
+    def __call__(self, sentence: Annotated, labelled: bool = True) -> SpanExample:
+        cuts = {x for e in sentence.entities for x in (e.start, e.end)} if labelled else set()
+        pieces = self.units(sentence, cuts)
+        ids, first = self._ids(sentence.text, pieces)
+        units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
+        spans = candidate_spans(len(pieces), self.max_width)
+        at = {(int(s), int(e)): k for k, (s, e) in enumerate(spans)}
+        starts = {s: i for i, (_, s, _) in enumerate(pieces)}
+        ends = {e: i + 1 for i, (_, _, e) in enumerate(pieces)}
+        span_labels = np.zeros(len(spans), dtype=np.int64)
+        gold, lost = [], 0
+        for ent in sentence.entities if labelled else ():
+            k = at.get((starts.get(ent.start, -1), ends.get(ent.end, -1)))
+            if k is None or ent.type not in self.types:
+                lost += 1
+                gold.append(None)
+                continue
+            span_labels[k] = self.types[ent.type]  # two types on one span: the later one
+            gold.append(k)
+        found = [k for k in dict.fromkeys(g for g in gold if g is not None)]
+        pairs = np.array([(a, b) for a in found for b in found if a != b],
+                         dtype=np.int64).reshape(-1, 2)
+        row = {(a, b): i for i, (a, b) in enumerate(pairs.tolist())}
+        pair_labels = np.zeros((len(pairs), len(self.relations)), dtype=np.float32)
+        for link in sentence.relations if labelled else ():
+            i = row.get((gold[link.head], gold[link.tail]))
+            if i is not None and link.type in self.relations:
+                pair_labels[i, self.relations[link.type]] = 1.0
+        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost)
+
+    def _ids(self, text: str, pieces) -> tuple[np.ndarray, np.ndarray]:
+        if self.lm is None:
+            ids = np.array(self.to_ids([p[0] for p in pieces]), dtype=np.int64)
+            return ids, np.arange(len(pieces), dtype=np.int64)
+        enc = self.lm.encode(text, add_special_tokens=False, return_offsets_mapping=True)
+        owner = np.full(len(text) + 1, -1, dtype=np.int64)
+        for i, (s, e) in enumerate(enc["offset_mapping"]):
+            owner[s:e] = np.where(owner[s:e] < 0, i, owner[s:e])
+        prefix, suffix = self.lm.prefix, self.lm.suffix
+        kept = [int(owner[s]) for _, s, _ in pieces]
+        # a unit no subword covers (the tokenizer dropped it) reads the state before it
+        first = np.maximum.accumulate(np.array([max(k, 0) for k in kept] or [0], dtype=np.int64))
+        last = int(first[-1]) + 1 if len(pieces) else 0
+        ids = np.array(prefix + list(enc["input_ids"][:last]) + suffix, dtype=np.int64)
+        return ids, (first[:len(pieces)] + len(prefix))
+
+
+def candidate_spans(units: int, max_width: int) -> np.ndarray:
+    """(S, 2) every span of 1 to ``max_width`` units, by start then width."""
+    starts = np.repeat(np.arange(units), max_width)
+    widths = np.tile(np.arange(1, max_width + 1), units)
+    keep = starts + widths <= units
+    return np.stack([starts[keep], starts[keep] + widths[keep]], axis=1).astype(np.int64)
+
+
+@dataclass
+class SpanBatch:
+    ids: torch.Tensor  # (B, T) 0 = padding
+    mask: torch.Tensor  # (B, T)
+    first: torch.Tensor  # (B, U)
+    unit_mask: torch.Tensor  # (B, U)
+    span_batch: torch.Tensor  # (N,) the example of each span
+    spans: torch.Tensor  # (N, 2)
+    span_labels: torch.Tensor  # (N,)
+    pairs: torch.Tensor  # (M, 2) indices into the N spans
+    pair_labels: torch.Tensor  # (M, R)
+    index: torch.Tensor  # (B,) position of each example in its split
+
+    def inputs(self) -> dict[str, torch.Tensor]:
+        return {"ids": self.ids, "mask": self.mask, "first": self.first,
+                "unit_mask": self.unit_mask, "span_batch": self.span_batch, "spans": self.spans,
+                "pairs": self.pairs}
+
+    def to(self, device, non_blocking: bool = False) -> "SpanBatch":
+        return SpanBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
+                            for f in fields(self)})
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+
+def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
+                  relations: int) -> SpanBatch:
+    b = len(examples)
+    t = max([len(x.ids) for x in examples] + [1])
+    u = max([len(x.first) for x in examples] + [1])
+    ids = np.full((b, t), pad_id, dtype=np.int64)
+    first = np.zeros((b, u), dtype=np.int64)
+    for i, x in enumerate(examples):
+        ids[i, :len(x.ids)] = x.ids
+        first[i, :len(x.first)] = x.first
+    lengths = np.array([len(x.ids) for x in examples])
+    units = np.array([len(x.first) for x in examples])
+    offsets = np.cumsum([0] + [len(x.spans) for x in examples])[:-1]
+    pairs = [x.pairs + off for x, off in zip(examples, offsets)]
+    return SpanBatch(
+        torch.from_numpy(ids), torch.from_numpy(np.arange(t)[None, :] < lengths[:, None]),
+        torch.from_numpy(first), torch.from_numpy(np.arange(u)[None, :] < units[:, None]),
+        torch.from_numpy(np.repeat(np.arange(b), [len(x.spans) for x in examples])),
+        torch.from_numpy(cat([x.spans for x in examples], (0, 2), np.int64)),
+        torch.from_numpy(cat([x.span_labels for x in examples], (0,), np.int64)),
+        torch.from_numpy(cat(pairs, (0, 2), np.int64)),
+        torch.from_numpy(cat([x.pair_labels for x in examples], (0, relations), np.float32)),
+        torch.tensor(index, dtype=torch.int64))
+
+
+def cat(parts: list, shape: tuple, dtype) -> np.ndarray:
+    return np.concatenate(parts) if parts else np.zeros(shape, dtype=dtype)

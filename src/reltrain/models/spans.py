@@ -1,0 +1,136 @@
+"""The span model of the extraction task (SpERT's design, Eberts & Ulges 2020): one encoder reads
+the sentence; every span of at most W units is classified as an entity type or none (its first
+and last unit, their max pool and a width embedding); every ordered pair of entities is scored
+for each relation with one sigmoid (the two spans and the max pool of the units between them),
+so a pair may carry several relations or none. B batch, T tokens, U units, H width, N spans,
+M pairs, E entity types, R relations."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from reltrain.models.dropout import ExampleDropout
+
+
+class RangeMax:
+    """Max over any unit range [s, e) of each example in two lookups (a sparse table: the max
+    of every 2^k units), so spans and the context between two spans cost no loop over them."""
+
+    def __init__(self, h: torch.Tensor, unit_mask: torch.Tensor):
+        x = h.masked_fill(~unit_mask.unsqueeze(-1), float("-inf"))
+        self.levels = [x]
+        width = 1
+        while 2 * width <= x.size(1):
+            prev = self.levels[-1]
+            self.levels.append(torch.maximum(prev[:, :-width], prev[:, width:]))
+            width *= 2
+
+    def __call__(self, batch: torch.Tensor, start: torch.Tensor, end: torch.Tensor) -> torch.Tensor:
+        """(K, H) max of units [start, end) of example ``batch``; zeros where the range is empty."""
+        empty = end <= start
+        start, end = torch.where(empty, 0, start), torch.where(empty, 1, end)
+        level = torch.floor(torch.log2((end - start).float())).long()
+        out = torch.zeros(len(batch), self.levels[0].size(-1), dtype=self.levels[0].dtype,
+                          device=start.device)
+        for k in level.unique().tolist():
+            pick = level == k
+            table = self.levels[k]
+            b, s, e = batch[pick], start[pick], end[pick]
+            out[pick] = torch.maximum(table[b, s], table[b, e - (1 << k)])
+        return torch.where(empty.unsqueeze(-1), torch.zeros_like(out), out)
+
+
+class SpanRelationModel(nn.Module):
+    def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
+                 max_width: int, width_dim: int = 25, dropout: float = 0.1):
+        super().__init__()
+        self.encoder = encoder  # (ids, mask, noise) -> (B, T, hidden)
+        self.width = nn.Embedding(max_width + 1, width_dim)
+        span_dim = 3 * hidden + width_dim
+        self.span_dropout = ExampleDropout(dropout, stream=11)
+        self.span_classifier = nn.Linear(span_dim, num_types + 1)
+        self.pair_classifier = nn.Linear(2 * span_dim + hidden, num_relations)
+
+    def units(self, ids, mask, first, unit_mask, noise=None) -> torch.Tensor:
+        h = self.encoder(ids, mask, noise)  # (B, T, H)
+        states = h.gather(1, first.unsqueeze(-1).expand(-1, -1, h.size(-1)))  # (B, U, H)
+        return states * unit_mask.unsqueeze(-1)
+
+    def span_reps(self, states, unit_mask, span_batch, spans) -> tuple[torch.Tensor, RangeMax]:
+        table = RangeMax(states, unit_mask)
+        start, end = spans[:, 0], spans[:, 1]
+        pooled = table(span_batch, start, end)
+        reps = torch.cat([states[span_batch, start], states[span_batch, end - 1], pooled,
+                          self.width((end - start).clamp(max=self.width.num_embeddings - 1))], -1)
+        return reps, table
+
+    def pair_logits(self, reps, table: RangeMax, span_batch, spans, pairs) -> torch.Tensor:
+        a, b = pairs[:, 0], pairs[:, 1]
+        # the units strictly between the two spans, whichever comes first
+        between_start = torch.minimum(spans[a, 1], spans[b, 1])
+        between_end = torch.maximum(spans[a, 0], spans[b, 0])
+        context = table(span_batch[a], between_start, between_end)
+        return self.pair_classifier(torch.cat([reps[a], reps[b], context], -1))
+
+    def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None):
+        """(span logits (N, E+1), pair logits (M, R)) of the given spans and pairs."""
+        states = self.units(ids, mask, first, unit_mask, noise)
+        reps, table = self.span_reps(states, unit_mask, span_batch, spans)
+        if noise is not None:
+            reps = self.span_dropout(reps, noise[span_batch])
+        span_logits = self.span_classifier(reps)
+        return span_logits, self.pair_logits(reps, table, span_batch, spans, pairs)
+
+
+def span_loss(span_logits, pair_logits, batch, normaliser: float) -> torch.Tensor:
+    """Each example's mean span cross-entropy plus its mean pair binary cross-entropy (summed
+    over relations), summed over the batch and divided by ``normaliser`` (the global batch's
+    examples): a global batch's gradient is the same however it is split."""
+    n = len(batch.index)
+    per_span = F.cross_entropy(span_logits, batch.span_labels, reduction="none")
+    spans_each = torch.zeros(n, device=per_span.device).index_add_(0, batch.span_batch, per_span)
+    count = torch.bincount(batch.span_batch, minlength=n).clamp(min=1)
+    loss = (spans_each / count).sum()
+    if len(batch.pairs):
+        per_pair = F.binary_cross_entropy_with_logits(pair_logits, batch.pair_labels,
+                                                      reduction="none").sum(-1)
+        owner = batch.span_batch[batch.pairs[:, 0]]
+        pairs_each = torch.zeros(n, device=per_pair.device).index_add_(0, owner, per_pair)
+        loss = loss + (pairs_each / torch.bincount(owner, minlength=n).clamp(min=1)).sum()
+    return loss / normaliser
+
+
+class WordEncoder(nn.Module):
+    """reltrain's own token encoder for spans: word (or character) embeddings and a BiLSTM."""
+
+    def __init__(self, vocab_size: int, word_dim: int, hidden: int, layers: int, dropout: float):
+        super().__init__()
+        self.embed = nn.Module()  # where the sparse-update code finds it: model.embed.word
+        self.embed.word = nn.Embedding(vocab_size, word_dim, padding_idx=0)
+        self.rnn = nn.LSTM(word_dim, hidden // 2, num_layers=layers, batch_first=True,
+                           bidirectional=True)
+        self.dropout = ExampleDropout(dropout, stream=3)
+        self.hidden = hidden
+
+    def forward(self, ids, mask, noise=None):
+        x = self.dropout(self.embed.word(ids), noise)
+        lengths = mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = self.rnn(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.size(1))
+        return out
+
+
+class PretrainedEncoder(nn.Module):
+    """A Hugging Face encoder's last hidden states (dropout inside it is its own)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+        self.hidden = model.config.hidden_size
+
+    def forward(self, ids, mask, noise=None):
+        return self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
