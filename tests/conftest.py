@@ -240,7 +240,8 @@ def write_folder(payload: dict, folder: Path) -> str:
             "tokenizer": ({"kind": "pretrained", "types": lm["types"], "added": lm["added"],
                            "files": list(lm["files"])} if lm
                           else {"kind": "words", "vocab": "vocab.json"}),
-            "hf_config": payload.get("hf_config"), "reltrain_config": payload.get("config")}
+            "hf_config": payload.get("hf_config"), "reltrain_config": payload.get("config"),
+            "entity_types": payload.get("entity_types")}
     (folder / "config.json").write_text(json.dumps(card), encoding="utf-8")
     if "model" in payload:
         save_file({k: v.clone().contiguous() for k, v in payload["model"].items()},

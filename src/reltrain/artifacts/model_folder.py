@@ -52,11 +52,12 @@ class Artifact:
     best: dict | None  # {"metric", "value", "epoch"} of the epoch these weights are from
     test: dict | None  # test metrics, when the folder's card or the run's summary has them
     data_rows: dict | None  # rows per split the model trained on
+    entity_types: list[str] | None = None  # task=extract: the entity types it finds
 
     @classmethod
     def checked(cls, where: str, *, config: object, labels: object, weights: object,
                 vocab: object, lm: object, hf_config: object, best: object, test: object,
-                data_rows: object) -> "Artifact":
+                data_rows: object, entity_types: object = None) -> "Artifact":
         """Check every field prediction and export read; ``where`` names the file in errors."""
         config = config_from_dict(config, where)
         labels, weights = _labels(labels, where), _weights(weights, where)
@@ -69,8 +70,14 @@ class Artifact:
             if vocab is None:
                 raise UserError(f"{where}: incomplete: no vocabulary")
             lm, vocab, hf_config = None, _vocab(vocab, where), None
+        if config.task == "extract":
+            entity_types = _names(entity_types, where, "the entity types", MAX_LABELS)
+            if not entity_types:
+                _fail(where, "an extraction model without its entity types")
+        else:
+            entity_types = None
         return cls(config, labels, weights, vocab, lm, hf_config, best_metric(best),
-                   metric_values(test), _rows(data_rows))
+                   metric_values(test), _rows(data_rows), entity_types)
 
 
 def _fail(where: str, what: str):
@@ -311,6 +318,7 @@ def read_model_folder(folder: str | Path) -> Artifact:
     return Artifact.checked(str(folder), config=card.get("reltrain_config"), labels=labels,
                             weights=weights, hf_config=card.get("hf_config"),
                             best=metrics.get("best"), test=metrics.get("test"), data_rows=rows,
+                            entity_types=card.get("entity_types"),
                             lm=lm, vocab=vocab)
 
 

@@ -141,9 +141,11 @@ def folder_config(artifact: Artifact, test: dict | None, summary: dict, version:
     lm = artifact.lm
     return {
         "library_name": "reltrain", "format": FOLDER_FORMAT, "format_version": FOLDER_VERSION,
-        "reltrain_version": version, "model_type": artifact.config.model.name,
+        "reltrain_version": version, "model_type": artifact.config.model.name
+        + ("-spans" if artifact.config.task == "extract" else ""),
         "id2label": {str(i): name for i, name in enumerate(labels)},
         "label2id": {name: i for i, name in enumerate(labels)},
+        "task": artifact.config.task, "entity_types": artifact.entity_types,
         "preprocessing": {k: getattr(data, k) for k in ("language", "tokenizer", "lowercase",
                                                         "max_len", "pos_limit")},
         "tokenizer": ({"kind": "pretrained", "types": lm["types"], "added": lm["added"],

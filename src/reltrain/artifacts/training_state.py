@@ -53,6 +53,7 @@ class RunIdentity:
     vocab: list | None
     lm: dict | None
     data_key: str
+    entity_types: list | None = None  # task=extract
 
 
 @dataclass

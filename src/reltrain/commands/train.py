@@ -41,6 +41,7 @@ from reltrain.training.batching import BatchPlan, plan_batches
 from reltrain.training.resume import (Resumed, describe_resume, find_resume, load_best_weights,
                                       run_complete)
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
+from reltrain.training import extract_run as extract
 from reltrain.training.trainer import Selection, Trainer, TrainParts
 
 log = logging.getLogger("reltrain.train")
@@ -79,13 +80,15 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
         log.info("no data.train given: training on the bundled English example")
     seed_everything(cfg.train.seed)
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
+    extracting = cfg.task == "extract"
     with ctx.main_first():  # rank 0 fills the cache; the others then read it
-        prepared = prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING),
-                               local_processes())
+        prepared = (extract.prepare_spans(cfg) if extracting else
+                    prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING), local_processes()))
     stop.check(_OUTSIDE)
-    negative, select = ctx.agree(lambda: _scoring(cfg, prepared.labels))
-    tokens = token_identity(prepared)
-    identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key)
+    negative, select = ctx.agree(lambda: _scoring(cfg, prepared))
+    tokens = extract.span_tokens(prepared) if extracting else token_identity(prepared)
+    identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key,
+                           getattr(prepared, "entity_types", None))
     resumed = find_resume(cfg, run_dir, identity, ctx)
     plan = ctx.agree(lambda: plan_batches(
         cfg.train, ctx.world_size, resumed.training.global_batch_size if resumed else None,
@@ -122,6 +125,8 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared, plan: BatchPl
     log.info("device %s (CUDA available: %s), strategy %s, world size %d, %d CPU thread(s) per process",
              ctx.device, cuda, ctx.strategy, ctx.world_size, torch.get_num_threads())
     log.info(plan.describe())
+    if cfg.task == "extract":
+        return extract.describe(prepared)
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     cache = (f"{prepared.cache_path}{' (reused)' if prepared.reused else ''}"
@@ -149,8 +154,11 @@ class _Parts:
     callbacks: list
 
 
-def _scoring(cfg: Config, labels: list[str]) -> tuple[int | None, str]:
+def _scoring(cfg: Config, prepared) -> tuple[int | None, str]:
     """The negative relation's index (or None) and the validation figure that selects."""
+    if cfg.task == "extract":
+        return None, extract.select_metric(cfg.train.select_metric, prepared)
+    labels = prepared.labels
     negative = negative_index(cfg.eval.negative_label, labels)
     select = resolve_select(cfg.train.select_metric, negative, labels)
     if negative is not None:
@@ -163,9 +171,12 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
            identity: RunIdentity, progress: bool, stop: StopRequest, resumed: Resumed | None,
            select: str, negative: int | None) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
-    encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
-    sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
-            for name, split in prepared.splits.items()}
+    if cfg.task == "extract":
+        sets = prepared.sets
+    else:
+        encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)
+        sets = {name: RelationDataset(split, cfg.data.pos_limit, encoder.pad_id)
+                for name, split in prepared.splits.items()}
     sampler = TrainBatchSampler(sets["train"].lengths, cfg.train.batch_size, cfg.train.seed,
                                 ctx.rank, ctx.world_size, bucket=cfg.data.bucket,
                                 accum_steps=cfg.train.accum_steps)
@@ -174,7 +185,8 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
                         persistent_workers=cfg.data.num_workers > 0,
                         # not fork: this process holds torch's and gloo's threads
                         multiprocessing_context="spawn" if cfg.data.num_workers else None)
-    model = _build_model(cfg, prepared, encoder, resumed)
+    model = (_build_span_model(cfg, prepared, resumed) if cfg.task == "extract"
+             else _build_model(cfg, prepared, encoder, resumed))
     # Before wrapping: DDP reads each parameter's gradient layout when it builds its buckets.
     sparse, how = sparse_embedding(cfg.train.sparse_embeddings, model, cfg.train, ctx)
     if ctx.is_main:
@@ -187,9 +199,12 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
     if ctx.is_main:
         log.info(precision.describe())
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)
-    loss_fn = build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)).to(ctx.device)
+    loss_fn = (extract.SpanLoss(cfg.extract.entity_weight) if cfg.task == "extract" else
+               build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)))
+    loss_fn = loss_fn.to(ctx.device)
     model_part = dict(config=cfg, labels=identity.labels, vocab=identity.vocab, lm=identity.lm,
-                      hf_config=model_hf_config(D.unwrap(model)), data_rows=prepared.meta["rows"])
+                      hf_config=model_hf_config(D.unwrap(model)), data_rows=prepared.meta["rows"],
+                      entity_types=identity.entity_types)
     run = dict(data_key=identity.data_key, world_size=ctx.world_size,
                global_batch_size=cfg.train.global_batch_size)
     checkpointer = Checkpointer(run_dir / "checkpoints", model_part, run, model, optimizer,
@@ -215,6 +230,13 @@ def _build_model(cfg: Config, prepared: Prepared, encoder: TextEncoder, resumed:
         _init_word_vectors(model, cfg, prepared)
     if cfg.model.freeze_embeddings and hasattr(model, "embed"):
         model.embed.word.weight.requires_grad_(False)
+    return model
+
+
+def _build_span_model(cfg: Config, prepared, resumed: Resumed | None):
+    model = extract.span_model(cfg, prepared)
+    if resumed:  # before wrapping: DDP starts every rank from these
+        load_model_weights(model, resumed.model.weights, resumed.path)
     return model
 
 
@@ -266,7 +288,9 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
                               desc="test", precision=trainer.precision, negative=negative)
     summary["test"] = metrics
     summary["test_sent_per_s"] = len(test_set) / max(time.perf_counter() - start, 1e-9)
-    if ctx.is_main:
+    if ctx.is_main and cfg.task == "extract":
+        extract.write_test_answers(run_dir, test_set, probs)
+    elif ctx.is_main:
         _write_test_predictions(cfg, run_dir, labels, probs)
 
 
@@ -343,7 +367,12 @@ def _print_summary(summary: dict) -> None:
             b = summary["best_by_metric"].get(name)
             if b:
                 lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
-    if "test" in summary:
+    if "test" in summary and "per_relation" in summary["test"]:  # task=extract
+        from reltrain.evaluation.extraction import extraction_headline, format_extraction
+
+        lines += [format_extraction(summary["test"]),
+                  f"test (best checkpoint): {extraction_headline(summary['test'])}"]
+    elif "test" in summary:
         t = summary["test"]
         lines.append(format_report(t))
         lines.append(f"test (best checkpoint): {headline(t)}  macro-P {t['macro_precision']:.4f}  "

@@ -36,6 +36,9 @@ def validate(cfg: Config) -> None:
         _check(bool(m.lm.pretrained) and Path(m.lm.pretrained).is_dir(),
                f"model.name=lm needs model.lm.pretrained=<local model folder>; not a folder: "
                f"'{m.lm.pretrained}'")
+    _check(cfg.task != "extract" or m.name in ("bilstm", "lm"),
+           f"task=extract reads text with model.name=bilstm (reltrain's own encoder) or lm (a "
+           f"pretrained one), not {m.name}")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or a checkpoint folder; not found: {cfg.resume}")
 

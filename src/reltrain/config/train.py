@@ -16,7 +16,9 @@ from reltrain.runtime.errors import UserError
 RUNTIMES = ("torch", "onnx")
 SWITCH = ("auto", "true", "false")  # log.progress, log.tensorboard, --progress
 SELECT_METRICS = ("auto", "macro_f1", "micro_f1", "positive_micro_f1", "positive_macro_f1",
-                  "semeval_macro_f1", "loss")
+                  "semeval_macro_f1", "loss", "entities_f1", "relations_strict_f1",
+                  "relations_boundaries_f1", "triples_f1")
+TASKS = ("classify", "extract")
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,18 @@ class DistConfig:
 
 
 @dataclass
+class ExtractConfig:
+    max_width: int = _opt(10, "task=extract: the widest entity span, in units (words; characters "
+                              "for Chinese)", bound=Bound(lambda v: 1 <= v <= 64, "between 1 and 64"))
+    threshold: float = _opt(0.5, "task=extract: a relation is answered where its probability "
+                                 "reaches this", bound=Bound(lambda v: 0 < v < 1, "in (0, 1)"))
+    hidden: int = _opt(200, "task=extract with reltrain's own encoder: the BiLSTM's width",
+                       bound=WIDTH)
+    entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
+                                      "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
+
+
+@dataclass
 class CheckpointConfig:
     every_steps: int = _opt(0, "also checkpoint every N optimizer steps (mid-epoch); 0: epoch ends only",
                            bound=NOT_NEGATIVE)
@@ -235,6 +249,9 @@ class Config:
     dist: DistConfig = field(default_factory=DistConfig)
     ckpt: CheckpointConfig = field(default_factory=CheckpointConfig)
     log: LogConfig = field(default_factory=LogConfig)
+    extract: ExtractConfig = field(default_factory=ExtractConfig)
+    task: str = _opt("classify", "classify (label a given pair of entities) or extract (find the "
+                                 "entities of raw text and the relations among them)", TASKS)
     resume: str = _opt("auto", "auto (latest good checkpoint in output_dir, else fresh), never, or "
                        "a checkpoint folder")
     device: str = _opt("auto", "auto, cpu, cuda or cuda:N")
@@ -247,7 +264,9 @@ class Config:
 # have a negative relation); the validation loss, lower is better, can select too.
 METRICS = ("macro_f1", "micro_f1", "macro_precision", "macro_recall", "accuracy",
            "positive_micro_f1", "positive_micro_precision", "positive_micro_recall",
-           "positive_macro_f1", "semeval_macro_f1")
+           "positive_macro_f1", "semeval_macro_f1",
+           # task=extract
+           "entities_f1", "relations_strict_f1", "relations_boundaries_f1", "triples_f1")
 
 
 def finite_number(value: float) -> bool:

@@ -51,6 +51,7 @@ class SpanEncoder:
         cuts = {x for e in sentence.entities for x in (e.start, e.end)} if labelled else set()
         pieces = self.units(sentence, cuts)
         ids, first = self._ids(sentence.text, pieces)
+        pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
         units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
         spans = candidate_spans(len(pieces), self.max_width)
         at = {(int(s), int(e)): k for k, (s, e) in enumerate(spans)}
@@ -89,9 +90,10 @@ class SpanEncoder:
         kept = [int(owner[s]) for _, s, _ in pieces]
         # a unit no subword covers (the tokenizer dropped it) reads the state before it
         first = np.maximum.accumulate(np.array([max(k, 0) for k in kept] or [0], dtype=np.int64))
-        last = int(first[-1]) + 1 if len(pieces) else 0
+        first = first[first < self.max_units - len(prefix) - len(suffix)][:len(pieces)]
+        last = int(first[-1]) + 1 if len(first) else 0
         ids = np.array(prefix + list(enc["input_ids"][:last]) + suffix, dtype=np.int64)
-        return ids, (first[:len(pieces)] + len(prefix))
+        return ids, first + len(prefix)
 
 
 def candidate_spans(units: int, max_width: int) -> np.ndarray:
@@ -155,3 +157,40 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
 
 def cat(parts: list, shape: tuple, dtype) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(shape, dtype=dtype)
+
+
+class SpanDataset:
+    """The examples of one split for the trainer's sampler (``lengths``: units) and for scoring;
+    ``sentences``: their gold (or unlabelled) ``Annotated``, in the same order."""
+
+    task = "extract"
+
+    def __init__(self, examples: list[SpanExample], sentences: list[Annotated], pad_id: int,
+                 entity_types: list[str], relation_names: list[str], threshold: float,
+                 symmetric: frozenset[str] = frozenset()):
+        self.examples, self.sentences, self.pad_id = examples, sentences, pad_id
+        self.entity_types, self.relation_names = entity_types, relation_names
+        self.relations = len(relation_names)
+        self.thresholds = np.full(len(relation_names), threshold, dtype=np.float32)
+        self.symmetric = symmetric
+        self.lengths = np.array([max(len(x.first), 1) for x in examples], dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def batch(self, indices) -> SpanBatch:
+        idx = [int(i) for i in indices]
+        return collate_spans([self.examples[i] for i in idx], idx, self.pad_id, self.relations)
+
+    def __getitems__(self, indices):
+        from reltrain.data.dataset import Step, StepIndices
+
+        if isinstance(indices, StepIndices):
+            # the loss is per example: its normaliser is the global batch's size
+            return Step([self.batch(m) for m in indices.micro],
+                        torch.zeros(len(indices.global_index), dtype=torch.int64), indices.dummy)
+        return self.batch(indices)
+
+
+def lowercase_ids(vocab, tokens: list[str]) -> list[int]:
+    return vocab.encode([t.lower() for t in tokens])

@@ -20,6 +20,10 @@ def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels
     figures when ``negative`` names the "no relation" label; ``with_loss``: the mean
     cross-entropy too, which unlike the others moves with float rounding between world sizes);
     also the probabilities, (N, C) in the split's order."""
+    if getattr(dataset, "task", "classify") == "extract":
+        from reltrain.evaluation.span_decode import evaluate_spans
+
+        return evaluate_spans(model, dataset, batch_size, ctx, progress, desc, precision)
     probs = gathered_probs(model, dataset, batch_size, ctx, precision, progress, desc)
     gold = dataset.split.labels
     metrics = compute_metrics(gold, probs.argmax(axis=1), labels, negative)

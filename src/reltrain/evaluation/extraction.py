@@ -95,3 +95,28 @@ def extraction_metrics(gold: list[Annotated], predicted: list[Annotated],
     metrics = counts.metrics(strings=any(s.strings for s in gold))
     metrics["num_sentences"] = len(gold)
     return metrics
+
+
+def format_extraction(metrics: dict) -> str:
+    """The log's table: each entity type and relation (strict), then the totals."""
+    from reltrain.evaluation.metrics import display_width, pad
+
+    rows = [("entity " + k, v) for k, v in metrics["per_entity_type"].items()]
+    rows += [("relation " + k, v) for k, v in metrics["per_relation"].items()]
+    totals = [name for name in SCORES if f"{name}_f1" in metrics]
+    width = max(display_width(n) for n in [name for name, _ in rows] + totals) + 2
+    out = [f"{pad('', width)}{'P':>8}{'R':>8}{'F1':>8}{'n':>7}"]
+    for name, m in rows + [(t, {k: metrics[f"{t}_{k}"] for k in ("precision", "recall", "f1",
+                                                                  "support")}) for t in totals]:
+        out.append(f"{pad(name, width)}{m['precision']:>8.4f}{m['recall']:>8.4f}{m['f1']:>8.4f}"
+                   f"{m['support']:>7}")
+    return "\n".join(out)
+
+
+def extraction_headline(metrics: dict) -> str:
+    parts = [f"entities F1 {metrics['entities_f1']:.4f}",
+             f"relations strict F1 {metrics['relations_strict_f1']:.4f}",
+             f"boundaries F1 {metrics['relations_boundaries_f1']:.4f}"]
+    if "triples_f1" in metrics:
+        parts.append(f"triples F1 {metrics['triples_f1']:.4f}")
+    return "  ".join(parts)

@@ -71,3 +71,41 @@ def _answers(batch, examples, sentences, chosen, score, kind, pairs, pair_probs,
                            sentence.id, sentence.strings)
         out.append(Answer(answer, ent_scores, link_scores))
     return out
+
+
+def gathered_answers(model, dataset, batch_size: int, ctx, precision=None,
+                     progress: bool = False, desc: str = "eval") -> list[Answer]:
+    """Every sentence's answer in the split's order, on every rank: under DDP each rank decodes
+    every W-th of the same length-sorted batches and the answers are gathered, so they are one
+    process's exactly. ``model`` unwrapped."""
+    from tqdm.auto import tqdm
+
+    from reltrain.data.dataset import eval_batches
+
+    batches = eval_batches(dataset.lengths, batch_size)
+    mine = batches[ctx.rank::ctx.world_size] if ctx.distributed else batches
+    was_training = model.training
+    model.eval()
+    local = []
+    for indices in tqdm(mine, desc=desc, disable=not progress, unit="batch", leave=False):
+        batch = dataset.batch(indices).to(ctx.device)
+        answers = decode(model, batch, [dataset.examples[i] for i in indices],
+                         [dataset.sentences[i] for i in indices], dataset.entity_types,
+                         dataset.relation_names, dataset.thresholds, precision)
+        local.extend(zip((int(i) for i in indices), answers))
+    model.train(was_training)
+    parts = ctx.all_gather_objects(local) if ctx.distributed else [local]
+    ordered = sorted((pair for part in parts for pair in part), key=lambda pair: pair[0])
+    assert [i for i, _ in ordered] == list(range(len(dataset))), "a sentence went missing"
+    return [answer for _, answer in ordered]
+
+
+def evaluate_spans(model, dataset, batch_size: int, ctx, progress: bool = False,
+                   desc: str = "eval", precision=None) -> tuple[dict, list[Answer]]:
+    """The extraction scores of ``model`` on a gold split, identical on every rank."""
+    from reltrain.evaluation.extraction import extraction_metrics
+
+    answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc)
+    metrics = extraction_metrics(dataset.sentences, [a.sentence for a in answers],
+                                 dataset.symmetric)
+    return metrics, answers

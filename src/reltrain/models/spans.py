@@ -53,6 +53,12 @@ class SpanRelationModel(nn.Module):
         self.span_classifier = nn.Linear(span_dim, num_types + 1)
         self.pair_classifier = nn.Linear(2 * span_dim + hidden, num_relations)
 
+    @property
+    def embed(self) -> nn.Module:
+        """The word embedding's home (``embed.word``) where the encoder is reltrain's own: the
+        sparse-update code finds it here."""
+        return self.encoder.embed
+
     def units(self, ids, mask, first, unit_mask, noise=None) -> torch.Tensor:
         h = self.encoder(ids, mask, noise)  # (B, T, H)
         states = h.gather(1, first.unsqueeze(-1).expand(-1, -1, h.size(-1)))  # (B, U, H)
@@ -84,15 +90,21 @@ class SpanRelationModel(nn.Module):
         return span_logits, self.pair_logits(reps, table, span_batch, spans, pairs)
 
 
-def span_loss(span_logits, pair_logits, batch, normaliser: float) -> torch.Tensor:
-    """Each example's mean span cross-entropy plus its mean pair binary cross-entropy (summed
-    over relations), summed over the batch and divided by ``normaliser`` (the global batch's
-    examples): a global batch's gradient is the same however it is split."""
+def span_loss(span_logits, pair_logits, batch, normaliser: float,
+              entity_weight: float = 0.05) -> torch.Tensor:
+    """Each example's mean span cross-entropy, plus ``entity_weight`` times its mean over the
+    entity spans alone (about 2% of the candidates: without it the model learns to answer "no
+    entity"), plus its mean pair binary cross-entropy (summed over relations); summed over the
+    batch and divided by ``normaliser`` (the global batch's examples), so a global batch's
+    gradient is the same however it is split."""
     n = len(batch.index)
     per_span = F.cross_entropy(span_logits, batch.span_labels, reduction="none")
-    spans_each = torch.zeros(n, device=per_span.device).index_add_(0, batch.span_batch, per_span)
-    count = torch.bincount(batch.span_batch, minlength=n).clamp(min=1)
-    loss = (spans_each / count).sum()
+    loss = per_span.new_zeros(())
+    every = torch.ones_like(batch.span_labels, dtype=torch.bool)
+    for part, weight in ((every, 1.0), (batch.span_labels > 0, entity_weight)):
+        owner = batch.span_batch[part]
+        each = torch.zeros(n, device=per_span.device).index_add_(0, owner, per_span[part])
+        loss = loss + weight * (each / torch.bincount(owner, minlength=n).clamp(min=1)).sum()
     if len(batch.pairs):
         per_pair = F.binary_cross_entropy_with_logits(pair_logits, batch.pair_labels,
                                                       reduction="none").sum(-1)
@@ -130,7 +142,36 @@ class PretrainedEncoder(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         self.model = model
+        self.config = model.config  # models.model_hf_config reads it: a folder rebuilds from it
         self.hidden = model.config.hidden_size
 
     def forward(self, ids, mask, noise=None):
         return self.model(input_ids=ids, attention_mask=mask.long()).last_hidden_state
+
+
+def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
+                     num_relations: int, hf_config: dict | None = None) -> SpanRelationModel:
+    """reltrain's BiLSTM over units, or (``model.name=lm``) a pretrained encoder: from
+    ``model.lm.pretrained`` when training, from ``hf_config`` when loading a model folder."""
+    if model_cfg.name == "lm":
+        from transformers import AutoConfig, AutoModel
+
+        from reltrain.models.lm import quiet_transformers
+
+        with quiet_transformers():
+            if hf_config is None:
+                model = AutoModel.from_pretrained(model_cfg.lm.pretrained, local_files_only=True)
+            else:
+                config = dict(hf_config)
+                model = AutoModel.from_config(AutoConfig.for_model(config.pop("model_type"), **config))
+        model = model.float()
+        if getattr(model, "pooler", None) is not None:
+            model.pooler = None  # unused: parameters without gradients would stall DDP
+        encoder = PretrainedEncoder(model)
+        dropout = model_cfg.lm.dropout
+    else:
+        encoder = WordEncoder(vocab_size, model_cfg.word_dim, extract_cfg.hidden, 1,
+                              model_cfg.dropout)
+        dropout = model_cfg.dropout
+    return SpanRelationModel(encoder, encoder.hidden, num_types, num_relations,
+                             extract_cfg.max_width, dropout=dropout)

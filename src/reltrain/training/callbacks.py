@@ -28,7 +28,12 @@ class EpochLine(Callback):
         parts = [f"epoch {record['epoch']}/{self.epochs}", f"loss {record['train_loss']:.4f}"]
         if "valid" in record:
             v = record["valid"]
-            if v.get("negative_label") is not None:
+            if "relations_strict_f1" in v:  # task=extract
+                parts += [f"valid entities F1 {v['entities_f1']:.4f}",
+                          f"relations strict F1 {v['relations_strict_f1']:.4f}"]
+                if "triples_f1" in v:
+                    parts.append(f"triples F1 {v['triples_f1']:.4f}")
+            elif v.get("negative_label") is not None:
                 parts.append(f"valid positive micro-F1 {v['positive_micro_f1']:.4f}")
                 parts += [f"macro-F1 {v['macro_f1']:.4f}", f"micro-F1 {v['micro_f1']:.4f}"]
             else:

@@ -229,10 +229,29 @@ class GlobalBatchLoss(nn.Module):
     def _device(self) -> torch.device:
         return self.weight.device if self.weight is not None else torch.device("cpu")
 
-    def forward(self, logits: torch.Tensor, labels: torch.Tensor,
-                normaliser: torch.Tensor | float) -> torch.Tensor:
-        total = nn.functional.cross_entropy(logits, labels, weight=self.weight, reduction="sum")
+    def forward(self, logits: torch.Tensor, batch, normaliser: torch.Tensor | float) -> torch.Tensor:
+        """``logits``: (B, C) of ``batch``'s examples."""
+        total = nn.functional.cross_entropy(logits.float(), batch.label, weight=self.weight,
+                                            reduction="sum")
         return total / normaliser
+
+
+class SpanLoss(nn.Module):
+    """task=extract: ``models.spans.span_loss`` as a share of the global batch (its examples)."""
+
+    def __init__(self, entity_weight: float):
+        super().__init__()
+        self.entity_weight = entity_weight
+
+    def normaliser(self, labels: torch.Tensor) -> torch.Tensor:
+        return torch.tensor(float(len(labels)))
+
+    def forward(self, out, batch, normaliser) -> torch.Tensor:
+        from reltrain.models.spans import span_loss
+
+        span_logits, pair_logits = out
+        return span_loss(span_logits.float(), pair_logits.float(), batch, normaliser,
+                         self.entity_weight)
 
 
 def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> GlobalBatchLoss:

@@ -150,7 +150,7 @@ def check_compatible(ck: Resumed, cfg: Config, identity: RunIdentity) -> None:
 def _mismatch(ck: Resumed, run: RunIdentity) -> str | None:
     """What differs between the checkpoint and this run's data, in words, or None."""
     lm = checked_tokenizer(run.lm, "this run's tokenizer") if run.lm else None
-    if ck.model.labels != run.labels:
+    if ck.model.labels != run.labels or ck.model.entity_types != run.entity_types:
         return "it was trained on another label set"
     if ck.model.vocab != run.vocab or ck.model.lm != lm:
         return ("it was trained with another vocabulary (different training data or "

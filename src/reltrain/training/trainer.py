@@ -156,8 +156,8 @@ class Trainer:
             noise = example_noise_seeds(self.cfg.seed, step_number, batch.index)
             with D.no_sync(self.model, k < last):
                 with self.precision.autocast(self.ctx.device):
-                    logits = self.model(**batch.inputs(), noise=noise)  # (B, C)
-                    loss = self.loss_fn(logits.float(), batch.label, normaliser)
+                    out = self.model(**batch.inputs(), noise=noise)  # the task's scores
+                    loss = self.loss_fn(out, batch, normaliser)
                 if step.dummy:  # a stand-in: joins the all-reduce, adds nothing
                     loss = loss * 0.0
                 self.scaler.scale(loss * scale).backward()  # a pass-through unless fp16

@@ -1,0 +1,117 @@
+"""The data of a task=extract run: the gold files read (data/extraction.py), the entity types and
+relations of the training file, the vocabulary (or the pretrained tokenizer), and every sentence
+as the span model reads it. Validation and test sentences are cut into units without their gold
+(what prediction sees); their gold stays beside them for scoring."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+
+from reltrain.data.extraction import iter_annotated
+from reltrain.data.schema import Annotated
+from reltrain.data.spans import SpanDataset, SpanEncoder, lowercase_ids
+from reltrain.data.tokenize import Tokenizer
+from reltrain.data.vocab import Vocab
+from reltrain.runtime.errors import DataError, UserError
+
+log = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass
+class PreparedSpans:
+    labels: list[str]  # the relations
+    entity_types: list[str]
+    sets: dict[str, SpanDataset]
+    vocab: Vocab | None
+    lm: object  # an LMTokenizer, or None
+    cache_key: str  # what the run's data and options were, for resume
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.lm) if self.lm is not None else len(self.vocab)
+
+
+def unit_tokenizer(data_cfg) -> Tokenizer:
+    """Units of the span model: words for English, characters for Chinese (jieba's words may
+    cross an entity's edge, which no span could then match)."""
+    kind = data_cfg.tokenizer
+    if kind == "auto":
+        kind = "char" if data_cfg.language == "zh" else "word"
+    return Tokenizer(kind, lowercase=False)
+
+
+def span_encoder(cfg, entity_types, relations, vocab=None, lm=None) -> SpanEncoder:
+    to_ids = None if lm is not None else (partial(lowercase_ids, vocab) if cfg.data.lowercase
+                                          else vocab.encode)
+    return SpanEncoder(unit_tokenizer(cfg.data), entity_types, relations, cfg.extract.max_width,
+                       cfg.data.max_len, to_ids=to_ids, lm=lm)
+
+
+def prepare_spans(cfg) -> PreparedSpans:
+    files = {s: getattr(cfg.data, s) for s in SPLITS if getattr(cfg.data, s)}
+    if "train" not in files:
+        raise UserError("task=extract needs data.train: a file of sentences with their entities "
+                        "and relations (SpERT JSON, PURE, DuIE or reltrain JSON lines)")
+    sentences, skipped = {}, {}
+    for split, path in files.items():
+        sentences[split], skipped[split] = _read(path, cfg.data)
+    train = sentences["train"]
+    types = sorted({e.type for s in train for e in s.entities})
+    relations = sorted({r.type for s in train for r in s.relations})
+    if not types or not relations:
+        raise UserError(f"{files['train']}: no entity or no relation to learn from")
+    vocab, lm = None, None
+    if cfg.model.name == "lm":
+        from reltrain.data.lm import LMTokenizer
+
+        lm = LMTokenizer.from_folder(cfg.model.lm.pretrained)
+    else:
+        units = unit_tokenizer(cfg.data)
+        words = ([p[0].lower() if cfg.data.lowercase else p[0]
+                  for p in units.pieces(s.text, set())] if s.tokens is None
+                 else [t.lower() if cfg.data.lowercase else t for t in s.tokens] for s in train)
+        vocab = Vocab.build(words, cfg.data.min_freq)
+    encode = span_encoder(cfg, types, relations, vocab, lm)
+    sets, lost = {}, {}
+    pad = lm.pad_id if lm is not None else 0
+    for split, data in sentences.items():
+        examples = [encode(s, labelled=split == "train") for s in data]
+        lost[split] = sum(x.lost for x in examples)
+        sets[split] = SpanDataset(examples, data, pad, types, relations, cfg.extract.threshold)
+    meta = {"rows": {k: len(v) for k, v in sentences.items()}, "skipped": skipped,
+            "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train)}
+    return PreparedSpans(relations, types, sets, vocab, lm, _key(files, cfg), meta)
+
+
+def _read(path: str, data_cfg) -> tuple[list[Annotated], list[str]]:
+    out, skipped = [], []
+    for _, build in iter_annotated(path, data_cfg.encoding):
+        try:
+            out.extend(build().sentences)
+        except DataError as exc:
+            if not data_cfg.skip_bad_rows:
+                raise
+            skipped.append(str(exc))
+    if not out:
+        raise UserError(f"{path}: no sentences")
+    return out, skipped
+
+
+def _key(files: dict, cfg) -> str:
+    digest = hashlib.sha256()
+    for split, path in sorted(files.items()):
+        digest.update(split.encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    d = cfg.data
+    digest.update(repr((d.language, d.tokenizer, d.lowercase, d.max_len, d.min_freq,
+                        cfg.extract.max_width, Path(cfg.model.lm.pretrained).name)).encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,71 @@
+"""What a task=extract run does differently from a classification run, for commands/train.py:
+its data (data/extract_prepare.py), its model (models/spans.py) and loss, what the log says
+about the data, and its test answers. The trainer, checkpoints, resume and launch modes are the
+classification run's own."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+from reltrain.data.extract_prepare import PreparedSpans, prepare_spans
+from reltrain.data.preprocess import TokenIdentity
+from reltrain.models.spans import build_span_model
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.output import write_output
+from reltrain.training.optim import SpanLoss
+
+log = logging.getLogger("reltrain.train")
+
+__all__ = ["PreparedSpans", "prepare_spans", "select_metric", "span_tokens", "span_model",
+           "SpanLoss", "describe", "write_test_answers"]
+
+
+def select_metric(setting: str, prepared: PreparedSpans) -> str:
+    """``auto``: the strict relation F1, or DuIE's string triples where entities were strings."""
+    if setting == "auto":
+        return "triples_f1" if prepared.meta["strings"] else "relations_strict_f1"
+    allowed = ("entities_f1", "relations_strict_f1", "relations_boundaries_f1", "triples_f1")
+    if setting not in allowed or (setting == "triples_f1" and not prepared.meta["strings"]):
+        raise UserError(f"train.select_metric={setting} is not a figure of task=extract on this "
+                        f"data; choose auto, entities_f1, relations_strict_f1 or "
+                        f"relations_boundaries_f1 (triples_f1 where entities are strings)")
+    return setting
+
+
+def span_tokens(prepared: PreparedSpans) -> TokenIdentity:
+    if prepared.lm is not None:
+        lm = prepared.lm
+        return TokenIdentity(None, {"files": lm.files(), "types": lm.types, "added": lm.added})
+    return TokenIdentity(prepared.vocab.tokens, None)
+
+
+def span_model(cfg, prepared: PreparedSpans, hf_config: dict | None = None):
+    return build_span_model(cfg.model, cfg.extract, prepared.vocab_size,
+                            len(prepared.entity_types), len(prepared.labels), hf_config)
+
+
+def describe(prepared: PreparedSpans) -> None:
+    meta = prepared.meta
+    rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
+    log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d", rows,
+             len(prepared.entity_types), len(prepared.labels), prepared.vocab_size)
+    for split, reasons in meta["skipped"].items():
+        if reasons:
+            log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
+                        "\n  ".join(reasons[:5]))
+    lost = ", ".join(f"{n} in {s}" for s, n in meta["lost_entities"].items() if n)
+    if lost:
+        log.info("gold entities no candidate span can be (wider than extract.max_width, off the "
+                 "units' edges or past data.max_len): %s", lost)
+
+
+def write_test_answers(run_dir: Path, dataset, answers) -> None:
+    """``test_predictions.jsonl``: each test sentence's gold and answer, in input order."""
+    from reltrain.data.answers import sentence_json
+
+    lines = [json.dumps({"gold": sentence_json(gold), "answer": sentence_json(a.sentence, a)},
+                        ensure_ascii=False)
+             for gold, a in zip(dataset.sentences, answers)]
+    write_output(str(run_dir / "test_predictions.jsonl"), "".join(line + "\n" for line in lines))

@@ -1,0 +1,135 @@
+"""task=extract is trained like classification: 2 gloo processes train the same model as one and
+score it exactly; a run killed mid-epoch resumes to the uninterrupted result; a checkpoint is a
+model folder with its entity types; the test answers are kept beside their gold."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from reltrain.cli import main
+
+from conftest import ok, read_jsonl, run, torchrun, weights_of
+
+pytestmark = pytest.mark.slow
+
+PEOPLE = ["Ann Lee", "Bo Park", "Cy Moss", "Dee Ray", "Eli Fox", "Flo Hart", "Gus Dean", "Hal Wu"]
+ORGS = ["Acme", "Zeta Corp", "Nova Labs", "Orbit Inc"]
+PLACES = ["Paris", "Oslo", "Lima", "Kyoto"]
+
+
+def sentence(rng: random.Random) -> dict:
+    """One sentence of a few templates; a pair in the third carries two relations."""
+    p, q = rng.sample(PEOPLE, 2)
+    org, place = rng.choice(ORGS), rng.choice(PLACES)
+    kind = rng.randrange(4)
+    if kind == 0:
+        parts = [(p, "Peop"), " works for ", (org, "Org"), " in ", (place, "Loc"), " ."]
+        links = [(0, 1, "Work_For"), (1, 2, "OrgBased_In")]
+    elif kind == 1:
+        parts = [(p, "Peop"), " killed ", (q, "Peop"), " ."]
+        links = [(0, 1, "Kill")]
+    elif kind == 2:
+        parts = [(p, "Peop"), " , who killed ", (q, "Peop"), " , worked with ", (q, "Peop"), " ."]
+        parts = parts[:4] + [" ."]
+        links = [(0, 1, "Kill"), (0, 1, "Work_For")]
+    else:
+        parts = ["Nothing happened in ", (place, "Loc"), " today ."]
+        links = []
+    text, entities = "", []
+    for part in parts:
+        if isinstance(part, tuple):
+            entities.append({"start": len(text), "end": len(text) + len(part[0]), "type": part[1]})
+            part = part[0]
+        text += part
+    return {"text": text, "entities": entities,
+            "relations": [{"head": h, "tail": t, "type": r} for h, t, r in links]}
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> list[str]:
+    root, rng = tmp_path_factory.mktemp("extract"), random.Random(3)
+    files = {}
+    for split, n in (("train", 61), ("valid", 24), ("test", 24)):
+        files[split] = root / f"{split}.jsonl"
+        files[split].write_text("".join(json.dumps(sentence(rng)) + "\n" for _ in range(n)))
+    return [f"data.{k}={v}" for k, v in files.items()]
+
+
+BASE = ["task=extract", "model.name=bilstm", "model.word_dim=16", "extract.hidden=16",
+        "extract.max_width=3", "data.min_freq=1", "train.epochs=8", "train.global_batch_size=16",
+        "log.progress=false", "train.lr=0.01", "extract.entity_weight=1"]
+
+KILLING = """
+import os, signal, sys
+from reltrain.cli import main
+from reltrain.training.trainer import Trainer
+
+real = Trainer._run_step
+
+def run_step(self, step, number):
+    if number == int(os.environ["AT_STEP"]) and not os.path.exists(os.environ["MARKER"]):
+        open(os.environ["MARKER"], "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return real(self, step, number)
+
+Trainer._run_step = run_step
+sys.exit(main(["train", *sys.argv[1:]]))
+"""
+
+
+@pytest.fixture(scope="module")
+def one(data, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("one") / "run"
+    assert main(["train", *data, *BASE, "train.batch_size=16", f"output_dir={out}"]) == 0
+    return out
+
+
+def test_two_processes_train_and_score_as_one(one, data, tmp_path):
+    two = tmp_path / "two"
+    ok(torchrun(2, "-m", "reltrain", "train", *data, *BASE, "train.batch_size=4",
+                f"output_dir={two}"))
+    a, b = weights_of(one / "checkpoints/last"), weights_of(two / "checkpoints/last")
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-5, msg=key)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (one, two))
+    assert sb["world_size"] == 2 and sb["global_batch_size"] == sa["global_batch_size"] == 16
+    assert sa["test"] == sb["test"] and "relations_strict_f1" in sa["test"]
+    assert [r["valid"] for r in read_jsonl(one / "metrics.jsonl")] == \
+        [r["valid"] for r in read_jsonl(two / "metrics.jsonl")]
+
+
+def test_the_run_leaves_a_model_folder_and_its_answers(one):
+    card = json.loads((one / "checkpoints/best/config.json").read_text())
+    assert card["task"] == "extract" and card["entity_types"] == ["Loc", "Org", "Peop"]
+    assert card["model_type"] == "bilstm-spans"
+    rows = read_jsonl(one / "test_predictions.jsonl")
+    assert len(rows) == 24 and {"gold", "answer"} <= set(rows[0])
+    gold = rows[0]["gold"]
+    assert all(gold["text"][e["start"]:e["end"]] == e["text"] for e in gold["entities"])
+    summary = json.loads((one / "summary.json").read_text())
+    # these templates are easy: eight small epochs find much of it
+    assert summary["test"]["entities_f1"] > 0.4, summary["test"]
+
+
+def test_a_killed_run_resumes_to_the_uninterrupted_result(one, data, tmp_path):
+    script = tmp_path / "killing.py"
+    script.write_text(KILLING)
+    out = tmp_path / "run"
+    args = [sys.executable, str(script), *data, *BASE, "train.batch_size=16", "ckpt.every_steps=2",
+            f"output_dir={out}"]
+    env = {"AT_STEP": "5", "MARKER": str(tmp_path / "killed")}
+    first = run(args, env)
+    assert first.returncode == -signal.SIGKILL and os.path.exists(tmp_path / "killed")
+    second = run(args, env)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "resuming from" in second.stderr
+    a, b = weights_of(one / "checkpoints/last"), weights_of(out / "checkpoints/last")
+    assert all(torch.equal(a[k], b[k]) for k in a)
