@@ -133,3 +133,34 @@ def test_a_killed_run_resumes_to_the_uninterrupted_result(one, data, tmp_path):
     assert "resuming from" in second.stderr
     a, b = weights_of(one / "checkpoints/last"), weights_of(out / "checkpoints/last")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def rounded(answer: dict) -> dict:
+    return json.loads(json.dumps(answer), parse_float=lambda x: round(float(x), 5))
+
+
+def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, capsys):
+    import reltrain
+
+    model = reltrain.load(one)
+    answer = model.extract("Ann Lee works for Acme in Paris .")
+    assert set(answer) == {"text", "entities", "relations"}
+    for e in answer["entities"]:
+        assert answer["text"][e["start"]:e["end"]] == e["text"] and 0 <= e["score"] <= 1
+    for r in answer["relations"]:
+        assert r["head"] < len(answer["entities"]) and r["tail"] < len(answer["entities"])
+    raw = tmp_path / "raw.txt"
+    raw.write_text("Ann Lee works for Acme in Paris .\n\nBo Park killed Cy Moss .\n")
+    out = tmp_path / "answers.jsonl"
+    assert main(["predict", str(one), str(raw), "--output", str(out)]) == 0
+    rows = read_jsonl(out)
+    assert [r["text"] for r in rows] == ["Ann Lee works for Acme in Paris .", "Bo Park killed Cy Moss ."]
+    assert rounded(rows[0]) == rounded(answer)  # batched with another sentence: float rounding
+    capsys.readouterr()
+    test = data[2].split("=", 1)[1]
+    assert main(["evaluate", str(one), test]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert metrics == json.loads((one / "summary.json").read_text())["test"]
+    assert main(["export", str(one), str(tmp_path / "shared")]) == 0
+    assert rounded(reltrain.load(tmp_path / "shared").extract(answer["text"])) == rounded(answer)
+    assert "--text needs --head and --tail" not in capsys.readouterr().err

@@ -341,6 +341,13 @@ def model_source(path: str | Path) -> Path:
                     f"checkpoints/best)")
 
 
+def model_task(path: str | Path) -> str:
+    """``classify`` or ``extract``: what the model at ``path`` does (its config.json says)."""
+    card = _member_json(model_source(path), CONFIG)
+    task = card.get("task") if isinstance(card, dict) else None
+    return task if task in ("classify", "extract") else "classify"
+
+
 def load_artifact(path: str | Path) -> Artifact:
     """A model folder (a checkpoint or an export), or a run directory's best one, checked."""
     return read_model_folder(model_source(path))

@@ -30,6 +30,8 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
     ctx = D.setup(o.device, DistConfig())
     try:
         predictor = load_predictor(o, ctx)
+        if getattr(predictor, "entity_types", None) is not None:  # an extraction model
+            return _evaluate_extraction(predictor, o, ctx)
         result = read_records(o.data, predictor.labels, skip_bad_rows=o.skip_bad_rows,
                               encoding=o.encoding)
         if ctx.is_main:
@@ -50,3 +52,24 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
         return metrics
     finally:
         D.teardown(ctx)
+
+
+def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> dict:
+    """Entities and relations of a gold file (any of the extraction formats) against the
+    model's answers, scored as a run's test set is; the same on every rank."""
+    from reltrain.data.answers import sentence_json
+    from reltrain.data.extraction import read_annotated
+    from reltrain.inference.extractor import extraction_scores
+
+    gold = read_annotated(o.data, o.encoding)
+    metrics, answers = extraction_scores(extractor, gold, o.batch_size, ctx)
+    if ctx.is_main:
+        if o.predictions:
+            write_output(o.predictions, "".join(
+                json.dumps({"gold": sentence_json(g), "answer": sentence_json(a.sentence, a)},
+                           ensure_ascii=False) + "\n" for g, a in zip(gold, answers)))
+        text = json.dumps(metrics, indent=2, ensure_ascii=False)
+        if o.output:
+            write_output(o.output, text + "\n")
+        print(text, flush=True)
+    return metrics

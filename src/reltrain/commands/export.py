@@ -29,6 +29,8 @@ def export_model(options: ExportOptions) -> Path:
     """Write the model folder of ``options.checkpoint`` (a checkpoint, a run directory or an
     exported folder) into ``options.out_dir``, without the training state; format onnx adds
     ``model.onnx``, written only if it agrees with PyTorch."""
+    from torch import device as torch_device
+
     from reltrain.inference.predictor import Predictor
 
     source, out_dir, fmt = options.checkpoint, options.out_dir, options.format
@@ -39,7 +41,15 @@ def export_model(options: ExportOptions) -> Path:
         _require("onnxruntime")
     source = model_source(source)
     artifact = load_artifact(source)
-    predictor = Predictor.from_artifact(artifact, str(source))  # the checks of loading, here too
+    if artifact.config.task == "extract":
+        from reltrain.inference.extractor import Extractor
+
+        if fmt == "onnx":
+            raise UserError(f"{source}: an extraction model exports as safetensors only (its "
+                            f"span and pair scoring runs in torch)")
+        predictor = Extractor.from_artifact(artifact, str(source), torch_device("cpu"))
+    else:
+        predictor = Predictor.from_artifact(artifact, str(source))  # the checks of loading
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} exists and is not an empty folder: choose a new OUT_DIR")

@@ -40,8 +40,15 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     o = options or PredictOptions(checkpoint, data, text, head, tail, head_offset, tail_offset,
                                   output=output, **settings)
     check_output(o.output, (o.data, o.checkpoint))
+    from reltrain.artifacts.model_folder import model_task
+
+    extracting = model_task(o.checkpoint) == "extract"
+    if not extracting and o.data is None and (o.head is None or o.tail is None):
+        raise UserError("this model labels a given pair: --text needs --head and --tail")
     stop = StopRequest().install()  # to the end: one line, exit 128 + the signal
     try:
+        if extracting:
+            return _extract(o, stop)
         chunks = _row_chunks(o, stop) if o.data is not None else iter(())
         # Standard input is first read after the check that one process reads it (``_predict``).
         first = [] if o.data == STDIN else list(islice(chunks, 2))
@@ -93,6 +100,35 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
 
 
 _STOPPED = "while predicting; the output is not complete"
+
+
+def _extract(o: PredictOptions, stop: StopRequest) -> int:
+    """An extraction model: each sentence (one a line of raw text, JSON lines with ``text``, or
+    any gold format with its labels ignored) with its entities and relations, in input order."""
+    from reltrain.config.train import DistConfig
+    from reltrain.data.extraction import iter_annotated
+    from reltrain.data.schema import Annotated
+    from reltrain.inference.extractor import CHUNK
+    from reltrain.runtime import distributed as D
+
+    ctx = D.setup(o.device, DistConfig())
+    try:
+        if ctx.distributed:
+            raise SharedUserError("an extraction model predicts in one process: drop --devices / "
+                                  "torchrun")
+        extractor = load_predictor(o, ctx)
+        if o.data is None:
+            sentences = iter([Annotated(o.text, (), (), "--text")])
+        else:
+            kind = "text" if o.data == STDIN else None
+            sentences = (s for _, build in iter_annotated(o.data, o.encoding, False, kind)
+                         for s in build().sentences)
+        rows = extractor.extract_rows(sentences)
+        chunks = (Lines([_JSON.encode(r) for r in chunk])
+                  for chunk in iter(lambda: list(islice(rows, CHUNK)), []))
+        return _write(chunks, o, stop)
+    finally:
+        D.teardown(ctx)
 
 
 def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int:

@@ -87,7 +87,8 @@ class PredictOptions(ModelOptions):
     data: str | None = opt(None, ".csv or .jsonl (relation column optional); - reads standard "
                                  "input (JSON lines if its first row is an object, else CSV)",
                            positional=True)
-    text: str | None = opt(None, "one sentence to label (with --head and --tail)", kind=str)
+    text: str | None = opt(None, "one sentence: its entities and relations (an extraction "
+                                 "model), or the relation of --head and --tail", kind=str)
     head: str | None = opt(None, "head entity text", kind=str)
     tail: str | None = opt(None, "tail entity text", kind=str)
     head_offset: int | None = opt(None, "character offset of the head (default: first "
@@ -119,8 +120,9 @@ class PredictOptions(ModelOptions):
             flags = " --".join(name.replace("_", "-") for name in given)
             raise UserError(f"give either a DATA file or --text with --head and --tail, not both "
                             f"(--{flags} with {self.data})")
-        if self.data is None and (self.text is None or self.head is None or self.tail is None):
-            raise UserError("give a DATA file, or --text with --head and --tail")
+        if self.data is None and self.text is None:
+            raise UserError("give a DATA file, or --text (with --head and --tail for a model "
+                            "that labels a given pair)")
 
 
 @dataclass

@@ -47,8 +47,15 @@ class Predictor:
             raise UserError(f"--runtime must be torch or onnx, not '{runtime}'")
         device = _device(device)
         path = model_source(path)  # a run directory: its best checkpoint
+        artifact = load_artifact(path)
+        if artifact.config.task == "extract":  # entities and relations of raw text
+            if runtime == "onnx":
+                raise UserError(f"{path}: an extraction model runs in torch only (--runtime torch)")
+            from reltrain.inference.extractor import Extractor
+
+            return Extractor.from_artifact(artifact, str(path), device, amp)
         onnx = _onnx_model(path, device) if runtime == "onnx" else None
-        return cls.from_artifact(load_artifact(path), str(path), device=device, amp=amp, onnx=onnx)
+        return cls.from_artifact(artifact, str(path), device=device, amp=amp, onnx=onnx)
 
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: str | torch.device = "cpu",

@@ -1,0 +1,107 @@
+"""A task=extract model for prediction: raw text in, entities and the relations among them out
+(shared/DESIGN.md's answer shape). ``reltrain.load(M)`` gives one where M is an extraction model;
+``reltrain predict`` and ``reltrain evaluate`` use it for such models. Its pipeline is the
+Predictor's: encode (sentences into units and candidate spans) -> score -> answers."""
+
+from __future__ import annotations
+
+import logging
+from itertools import islice
+
+import torch
+
+from reltrain.artifacts.model_folder import Artifact
+from reltrain.data.answers import sentence_json
+from reltrain.data.extract_prepare import span_encoder
+from reltrain.data.extraction import MAX_CHARS
+from reltrain.data.schema import Annotated
+from reltrain.data.spans import SpanDataset
+from reltrain.data.vocab import Vocab
+from reltrain.evaluation.span_decode import Answer, gathered_answers
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.precision import resolve as resolve_precision
+
+log = logging.getLogger(__name__)
+
+CHUNK = 256  # sentences encoded and answered at a time: memory stays flat over a corpus
+
+
+class Extractor:
+    def __init__(self, model, artifact: Artifact, device: torch.device, precision):
+        from reltrain.data.lm import LMTokenizer
+
+        self.model, self.config, self.device, self.precision = model, artifact.config, device, precision
+        self.labels, self.entity_types = artifact.labels, artifact.entity_types
+        lm = artifact.lm
+        self.lm = LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")) if lm else None
+        vocab = Vocab(artifact.vocab) if artifact.vocab else None
+        self.encoder = span_encoder(self.config, self.entity_types, self.labels, vocab, self.lm)
+        self.pad_id = self.lm.pad_id if self.lm is not None else 0
+        self.card = {"test": artifact.test, "best": artifact.best}
+
+    @classmethod
+    def from_artifact(cls, artifact: Artifact, where: str, device: torch.device,
+                      amp: str = "auto") -> "Extractor":
+        from reltrain.models.spans import build_span_model
+
+        cfg = artifact.config
+        vocab_size = len(artifact.vocab) if artifact.vocab else None
+        if vocab_size is None:  # the tokenizer's size, as the run that trained it had it
+            from reltrain.data.lm import LMTokenizer
+
+            lm = artifact.lm
+            vocab_size = len(LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")))
+        try:
+            model = build_span_model(cfg.model, cfg.extract, vocab_size, len(artifact.entity_types),
+                                     len(artifact.labels), artifact.hf_config)
+        except Exception as exc:  # transformers raises several types for a config it cannot build
+            raise UserError(f"{where}: its config does not build an extraction model "
+                            f"({str(exc)[:160]})") from None
+        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+        got = {k: tuple(v.shape) for k, v in artifact.weights.items()}
+        if expected != got:
+            key = sorted(set(expected) ^ set(got) or [k for k in expected if expected[k] != got[k]])[0]
+            raise UserError(f"{where}: weights do not fit this extraction model ({key}: "
+                            f"{got.get(key, 'missing')} where {expected.get(key, 'none')} was "
+                            f"expected)")
+        model.load_state_dict(artifact.weights)
+        precision = resolve_precision(amp, device, cfg.model.pretrained_encoder)
+        return cls(model.to(device).eval(), artifact, device, precision)
+
+    def dataset(self, sentences: list[Annotated]) -> SpanDataset:
+        examples = [self.encoder(s, labelled=False) for s in sentences]
+        return SpanDataset(examples, sentences, self.pad_id, self.entity_types, self.labels,
+                           self.config.extract.threshold)
+
+    def answers(self, sentences: list[Annotated], batch_size: int = 32, ctx=None) -> list[Answer]:
+        """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
+        from reltrain.runtime.distributed import DistContext
+
+        ctx = ctx or DistContext(device=self.device)
+        return gathered_answers(self.model, self.dataset(sentences), batch_size, ctx,
+                                self.precision) if sentences else []
+
+    def extract(self, text: str) -> dict:
+        """One sentence's entities and relations: ``{"text", "entities", "relations"}``."""
+        if not isinstance(text, str) or not text.strip() or len(text) > MAX_CHARS:
+            raise UserError(f"text: expected a non-empty string of at most {MAX_CHARS} characters")
+        answer = self.answers([Annotated(text, (), (), "<text>")])[0]
+        return sentence_json(answer.sentence, answer)
+
+    def extract_rows(self, sentences, batch_size: int = 32):
+        """Answers (as JSON objects) of any number of sentences, a chunk at a time, in order."""
+        it = iter(sentences)
+        while chunk := list(islice(it, CHUNK)):
+            for answer in self.answers(chunk, batch_size):
+                yield sentence_json(answer.sentence, answer)
+
+
+def extraction_scores(extractor: Extractor, gold: list[Annotated], batch_size: int,
+                      ctx) -> tuple[dict, list]:
+    """The extraction scores of ``extractor`` on gold sentences, the same on every rank."""
+    from reltrain.evaluation.extraction import extraction_metrics
+
+    answers = extractor.answers(gold, batch_size, ctx)
+    metrics = extraction_metrics(gold, [a.sentence for a in answers])
+    return metrics, answers
+
