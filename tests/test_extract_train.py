@@ -114,6 +114,8 @@ def test_the_run_leaves_a_model_folder_and_its_answers(one):
     assert len(rows) == 24 and {"gold", "answer"} <= set(rows[0])
     gold = rows[0]["gold"]
     assert all(gold["text"][e["start"]:e["end"]] == e["text"] for e in gold["entities"])
+    assert '"lr": 0.01, "positive_micro_f1": null, "macro_f1": null, "micro_f1": null, ' \
+        '"relations_strict_f1": ' in (one / "report.html").read_text()  # its learning curve
     summary = json.loads((one / "summary.json").read_text())
     # these templates are easy: eight small epochs find much of it
     assert summary["test"]["entities_f1"] > 0.4, summary["test"]

@@ -112,7 +112,8 @@ def _curves(history: list[dict]) -> list[dict]:
         valid = row.get("valid") if isinstance(row.get("valid"), dict) else {}
         out.append({"epoch": row.get("epoch"), "train_loss": row.get("train_loss"),
                     "lr": row.get("lr"),
-                    **{k: valid.get(k) for k in ("positive_micro_f1", "macro_f1", "micro_f1")}})
+                    **{k: valid.get(k) for k in ("positive_micro_f1", "macro_f1", "micro_f1",
+                                                 "relations_strict_f1", "triples_f1")}})
     return out
 
 
