@@ -16,7 +16,7 @@ import torch
 
 from reltrain.cli import main
 
-from conftest import ok, read_jsonl, run, torchrun, weights_of
+from conftest import ok, read_jsonl, run, run_cli, torchrun, user_error, weights_of
 
 pytestmark = pytest.mark.slow
 
@@ -166,3 +166,10 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     assert main(["export", str(one), str(tmp_path / "shared")]) == 0
     assert rounded(reltrain.load(tmp_path / "shared").extract(answer["text"])) == rounded(answer)
     assert "--text needs --head and --tail" not in capsys.readouterr().err
+
+
+def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
+    line = user_error(run_cli("serve", str(one), "--port", "0"))
+    assert "an extraction model (task=extract)" in line
+    line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
+    assert "exports as safetensors only" in line
