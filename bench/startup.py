@@ -39,16 +39,18 @@ def main() -> None:
     ap.add_argument("--data", default=str(DEFAULT_DATA))
     ap.add_argument("--src", help="another checkout's src folder to time instead of this one")
     args = ap.parse_args()
+    if args.src:  # every process of the bench, the training ones too: their checkpoints must be
+        # the layout of the version that reads them
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [args.src, os.environ.get("PYTHONPATH")]))
     env = dict(os.environ)
-    if args.src:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [args.src, env.get("PYTHONPATH")]))
     with tempfile.TemporaryDirectory(prefix="reltrain-startup-") as tmp:
         tmp = Path(tmp)
         train_deepke(args.data, tmp / "zh", tmp / "cache", 1, 2, ["train.epochs=1"])
         example = ROOT / "src" / "reltrain" / "example_data"
         subprocess.run([sys.executable, "-m", "reltrain", "train", f"output_dir={tmp / 'en'}",
                         *(f"data.{s}={example / (s + '.jsonl')}" for s in ("train", "valid", "test")),
-                        "train.epochs=1", "log.progress=false", f"data.cache_dir={tmp / 'cache'}"], check=True, capture_output=True)
+                        "train.epochs=1", "log.progress=false", f"data.cache_dir={tmp / 'cache'}"], check=True, capture_output=True,
+                       env=env)
         cmds = {"import torch": [sys.executable, "-c", "import torch"]}
         for lang, (text, head, tail) in SENTENCES.items():
             cmds[f"predict --text ({lang} CNN)"] = [
