@@ -173,3 +173,42 @@ def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     assert "an extraction model (task=extract)" in line
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line
+
+
+def test_a_picklable_batch_model_answers_both_tasks(one, tmp_path):
+    """What Ray's map_batches and Spark's predict_batch_udf run: pickled small, loaded once."""
+    import pickle
+
+    import numpy as np
+
+    import reltrain
+
+    for_extraction = reltrain.BatchModel(str(one))
+    shipped = pickle.dumps(for_extraction)
+    assert len(shipped) < 1000
+    batch = {"text": np.array(["Ann Lee works for Acme in Paris .", "Bo Park killed Cy Moss ."]),
+             "doc": np.array([7, 8])}
+    out = pickle.loads(shipped)(batch)
+    assert list(out["doc"]) == [7, 8] and len(out["answer"]) == 2
+    first = json.loads(out["answer"][0])
+    assert first["text"] == "Ann Lee works for Acme in Paris ." and "entities" in first
+    assert pickle.loads(pickle.dumps(for_extraction)).predict_texts(batch["text"])[1] == out["answer"][1]
+    assert len(pickle.dumps(for_extraction)) < 1000  # loaded, it still travels without the model
+    # a classification model, on the rows predict_rows takes
+    assert main(["train", "log.progress=false", "train.epochs=1", "model.cnn.num_filters=8",
+                 f"output_dir={tmp_path / 'cls'}"]) == 0
+    rows = {"text": ["Alice Moreau was born in Dunmore ."], "head": ["Alice Moreau"],
+            "tail": ["Dunmore"]}
+    answer = json.loads(pickle.loads(pickle.dumps(reltrain.BatchModel(tmp_path / "cls")))(rows)["answer"][0])
+    assert answer["relation"] and answer["head"]["name"] == "Alice Moreau"
+
+
+def test_prediction_under_torchrun_writes_what_one_process_does(one, tmp_path):
+    rng = random.Random(5)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("".join(sentence(rng)["text"] + "\n" for _ in range(600)))  # 3 chunks
+    ok(run_cli("predict", str(one), str(corpus), "--output", str(tmp_path / "one.jsonl")))
+    ok(torchrun(2, "-m", "reltrain", "predict", str(one), str(corpus), "--output",
+                str(tmp_path / "two.jsonl")))
+    one_rows, two_rows = (read_jsonl(tmp_path / f"{n}.jsonl") for n in ("one", "two"))
+    assert len(one_rows) == 600 and one_rows == two_rows

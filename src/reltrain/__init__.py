@@ -7,12 +7,21 @@ from reltrain.runtime.errors import UserError
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__", "UserError", "load", "train"]
+__all__ = ["__version__", "BatchModel", "UserError", "load", "train"]
+
+
+def __getattr__(name: str):
+    if name == "BatchModel":  # imported on first use: importing reltrain stays light
+        from reltrain.inference.batch import BatchModel
+
+        return BatchModel
+    raise AttributeError(f"module 'reltrain' has no attribute {name!r}")
 
 
 def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
-    """A checkpoint or an exported folder, for prediction (``runtime="onnx"``: its ``model.onnx``):
-    ``reltrain.load(path).predict_text(...)``."""
+    """A model folder (a checkpoint or an export) or a run directory, for prediction
+    (``runtime="onnx"``: its ``model.onnx``): ``reltrain.load(path).predict_text(...)``, or for
+    an extraction model ``reltrain.load(path).extract(text)``."""
     from reltrain.inference.predictor import Predictor
 
     return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)

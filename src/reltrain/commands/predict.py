@@ -104,7 +104,8 @@ _STOPPED = "while predicting; the output is not complete"
 
 def _extract(o: PredictOptions, stop: StopRequest) -> int:
     """An extraction model: each sentence (one a line of raw text, JSON lines with ``text``, or
-    any gold format with its labels ignored) with its entities and relations, in input order."""
+    any gold format with its labels ignored) with its entities and relations, in input order;
+    under torchrun chunk i is rank i % W's and rank 0 writes them all in order."""
     from reltrain.config.train import DistConfig
     from reltrain.data.extraction import iter_annotated
     from reltrain.data.schema import Annotated
@@ -113,9 +114,9 @@ def _extract(o: PredictOptions, stop: StopRequest) -> int:
 
     ctx = D.setup(o.device, DistConfig())
     try:
-        if ctx.distributed:
-            raise SharedUserError("an extraction model predicts in one process: drop --devices / "
-                                  "torchrun")
+        if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
+            raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
+                                  "--devices / torchrun, or give a file")
         extractor = load_predictor(o, ctx)
         if o.data is None:
             sentences = iter([Annotated(o.text, (), (), "--text")])
@@ -123,10 +124,15 @@ def _extract(o: PredictOptions, stop: StopRequest) -> int:
             kind = "text" if o.data == STDIN else None
             sentences = (s for _, build in iter_annotated(o.data, o.encoding, False, kind)
                          for s in build().sentences)
-        rows = extractor.extract_rows(sentences)
-        chunks = (Lines([_JSON.encode(r) for r in chunk])
-                  for chunk in iter(lambda: list(islice(rows, CHUNK)), []))
-        return _write(chunks, o, stop)
+        chunks = iter(lambda: list(islice(sentences, CHUNK)), [])
+        mine = (Lines([_JSON.encode(r) for r in extractor.extract_rows(chunk)])
+                for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
+        lines = _gathered_in_order(mine, ctx)
+        if not ctx.is_main:
+            for _ in lines:  # joins every round of the gather
+                pass
+            return 0
+        return _write(lines, o, stop)
     finally:
         D.teardown(ctx)
 

@@ -23,7 +23,7 @@ from reltrain.runtime.precision import resolve as resolve_precision
 
 log = logging.getLogger(__name__)
 
-CHUNK = 256  # sentences encoded and answered at a time: memory stays flat over a corpus
+CHUNK = 256  # sentences encoded and answered at a time (a rank's share under torchrun)
 
 
 class Extractor:
