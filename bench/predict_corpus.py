@@ -114,6 +114,8 @@ def main() -> None:
         en_data = [f"data.train={EXAMPLE / 'train.jsonl'}", f"data.valid={EXAMPLE / 'valid.jsonl'}",
                    f"data.labels={EXAMPLE / 'labels.txt'}"]
         models = {}
+        # "--en-rows 0" (or an empty list) leaves a corpus out
+        args.zh_rows, args.en_rows = [n for n in args.zh_rows if n], [n for n in args.en_rows if n]
         if args.zh_rows:
             models["zh"] = train_and_export(work, "zh", [
                 f"data.train={data / 'train.csv'}", f"data.valid={data / 'valid.csv'}",
