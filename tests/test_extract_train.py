@@ -173,6 +173,12 @@ def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     assert "an extraction model (task=extract)" in line
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line
+    line = user_error(run_cli("predict", str(one), "--text", "x" * 20_001))
+    assert "text: expected a non-empty string of at most 20000 characters" in line
+    import reltrain
+
+    with pytest.raises(reltrain.UserError, match="non-empty string"):
+        reltrain.BatchModel(str(one))({"text": ["fine", " "]})
 
 
 def test_a_picklable_batch_model_answers_both_tasks(one, tmp_path):

@@ -59,10 +59,11 @@ def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> d
     model's answers, scored as a run's test set is; the same on every rank."""
     from reltrain.data.answers import sentence_json
     from reltrain.data.extraction import read_annotated
-    from reltrain.inference.extractor import extraction_scores
+    from reltrain.evaluation.span_decode import evaluate_spans
 
     gold = read_annotated(o.data, o.encoding)
-    metrics, answers = extraction_scores(extractor, gold, o.batch_size, ctx)
+    metrics, answers = evaluate_spans(extractor.model, extractor.dataset(gold), o.batch_size, ctx,
+                                      precision=extractor.precision)
     if ctx.is_main:
         if o.predictions:
             write_output(o.predictions, "".join(

@@ -86,7 +86,7 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
                     prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING), local_processes()))
     stop.check(_OUTSIDE)
     negative, select = ctx.agree(lambda: _scoring(cfg, prepared))
-    tokens = extract.span_tokens(prepared) if extracting else token_identity(prepared)
+    tokens = token_identity(prepared)  # its vocabulary or tokenizer, for either task
     identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key,
                            getattr(prepared, "entity_types", None))
     resumed = find_resume(cfg, run_dir, identity, ctx)

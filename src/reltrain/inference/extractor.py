@@ -78,13 +78,15 @@ class Extractor:
         from reltrain.runtime.distributed import DistContext
 
         ctx = ctx or DistContext(device=self.device)
+        for s in sentences:  # --text, BatchModel and the API come here unread by a file reader
+            if not isinstance(s.text, str) or not s.text.strip() or len(s.text) > MAX_CHARS:
+                raise UserError(f"text: expected a non-empty string of at most {MAX_CHARS} "
+                                f"characters")
         return gathered_answers(self.model, self.dataset(sentences), batch_size, ctx,
                                 self.precision) if sentences else []
 
     def extract(self, text: str) -> dict:
         """One sentence's entities and relations: ``{"text", "entities", "relations"}``."""
-        if not isinstance(text, str) or not text.strip() or len(text) > MAX_CHARS:
-            raise UserError(f"text: expected a non-empty string of at most {MAX_CHARS} characters")
         answer = self.answers([Annotated(text, (), (), "<text>")])[0]
         return sentence_json(answer.sentence, answer)
 
@@ -94,14 +96,4 @@ class Extractor:
         while chunk := list(islice(it, CHUNK)):
             for answer in self.answers(chunk, batch_size):
                 yield sentence_json(answer.sentence, answer)
-
-
-def extraction_scores(extractor: Extractor, gold: list[Annotated], batch_size: int,
-                      ctx) -> tuple[dict, list]:
-    """The extraction scores of ``extractor`` on gold sentences, the same on every rank."""
-    from reltrain.evaluation.extraction import extraction_metrics
-
-    answers = extractor.answers(gold, batch_size, ctx)
-    metrics = extraction_metrics(gold, [a.sentence for a in answers])
-    return metrics, answers
 

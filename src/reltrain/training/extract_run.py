@@ -10,7 +10,6 @@ import logging
 from pathlib import Path
 
 from reltrain.data.extract_prepare import PreparedSpans, prepare_spans
-from reltrain.data.preprocess import TokenIdentity
 from reltrain.models.spans import build_span_model
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.output import write_output
@@ -18,7 +17,7 @@ from reltrain.training.optim import SpanLoss
 
 log = logging.getLogger("reltrain.train")
 
-__all__ = ["PreparedSpans", "prepare_spans", "select_metric", "span_tokens", "span_model",
+__all__ = ["PreparedSpans", "prepare_spans", "select_metric", "span_model",
            "SpanLoss", "describe", "write_test_answers"]
 
 
@@ -32,13 +31,6 @@ def select_metric(setting: str, prepared: PreparedSpans) -> str:
                         f"data; choose auto, entities_f1, relations_strict_f1 or "
                         f"relations_boundaries_f1 (triples_f1 where entities are strings)")
     return setting
-
-
-def span_tokens(prepared: PreparedSpans) -> TokenIdentity:
-    if prepared.lm is not None:
-        lm = prepared.lm
-        return TokenIdentity(None, {"files": lm.files(), "types": lm.types, "added": lm.added})
-    return TokenIdentity(prepared.vocab.tokens, None)
 
 
 def span_model(cfg, prepared: PreparedSpans, hf_config: dict | None = None):
