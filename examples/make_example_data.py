@@ -12,6 +12,11 @@ teach something in a few epochs, not to be solved in one:
 - the head before or after the tail, and an entity's text repeated elsewhere in the sentence,
   so the character offsets (not string search) must locate the entities.
 
+The same names and templates make the example of ``task=extract`` (``extract_*.jsonl``, reltrain's
+own JSON lines: every entity of a sentence typed, every relation among them), with sentences of
+two entities and one relation, of two and none (near misses), of three and two relations, and of
+one pair that carries two relations (born and still living in a city).
+
     python examples/make_example_data.py        # rewrites the bundled files (deterministic)
 """
 
@@ -194,12 +199,55 @@ def make(n: int, rng: random.Random, held_out: bool) -> list[dict]:
     return rows
 
 
+TWO_ON_ONE_PAIR = (("person", "city"), ["{h} was born in {t} and still lives there .",
+                                         "{h} , born in {t} , has lived there ever since ."],
+                   ["{h} never left {t} , the town of {h2} birth ."], ("born_in", "lives_in"))
+
+
+def sentence(template: str, kinds: dict[str, str], links, rng: random.Random) -> dict:
+    """One sentence of the extraction example: ``kinds`` names each slot's kind, ``links``
+    (head slot, tail slot, relation) its relations."""
+    values = dict(zip(kinds, distinct_names(list(kinds.values()), rng)))
+    values["h2"] = "her"
+    text, spans = fill(template, values)
+    slots = list(kinds)
+    return {"text": text,
+            "entities": [{"start": spans[k][0], "end": spans[k][1], "type": kinds[k]} for k in slots],
+            "relations": [{"head": slots.index(h), "tail": slots.index(t), "type": r}
+                          for h, t, r in links]}
+
+
+def make_extraction(n: int, rng: random.Random, held_out: bool) -> list[dict]:
+    """About ``n`` sentences for task=extract, the template kinds in turn."""
+    rows = []
+    while len(rows) < n:
+        for relation, (hk, tk, seen, unseen) in RELATIONS.items():
+            pool = unseen if held_out and rng.random() < 1 / 3 else seen
+            rows.append(sentence(rng.choice(pool), {"h": hk, "t": tk}, [("h", "t", relation)], rng))
+        for kinds in rng.sample(list(NEAR_MISSES), 3):
+            rows.append(sentence(rng.choice(NEAR_MISSES[kinds]), dict(zip("ht", kinds)), [], rng))
+        kinds, template, pairs = rng.choice(DISTRACTORS)
+        links = [(h, t, r) for (h, t), r in pairs.items() if r != "no_relation"]
+        rows.append(sentence(template, dict(zip("abc", kinds)), links, rng))
+        pair, seen, unseen, both = TWO_ON_ONE_PAIR
+        pool = unseen if held_out and rng.random() < 1 / 3 else seen
+        rows.append(sentence(rng.choice(pool), dict(zip("ht", pair)),
+                             [("h", "t", r) for r in both], rng))
+    rows = rows[:n]
+    rng.shuffle(rows)
+    return rows
+
+
 def main() -> None:
     rng = random.Random(7)
     OUT.mkdir(parents=True, exist_ok=True)
     for split, n in (("train", 1200), ("valid", 240), ("test", 240)):
         with open(OUT / f"{split}.jsonl", "w", encoding="utf-8") as f:
             for one in make(n, rng, held_out=split != "train"):
+                f.write(json.dumps(one, ensure_ascii=False) + "\n")
+    for split, n in (("train", 600), ("valid", 120), ("test", 120)):
+        with open(OUT / f"extract_{split}.jsonl", "w", encoding="utf-8") as f:
+            for one in make_extraction(n, rng, held_out=split != "train"):
                 f.write(json.dumps(one, ensure_ascii=False) + "\n")
     (OUT / "labels.txt").write_text("\n".join([*RELATIONS, "no_relation"]) + "\n", encoding="utf-8")
     print(f"wrote {OUT}")

@@ -63,3 +63,15 @@ def test_every_number_option_states_its_bound_on_its_field():
     assert list(unbounded(Config)) == ["train.seed"]
     assert list(unbounded(PredictOptions)) == ["head_offset", "tail_offset"]
     assert list(unbounded(EvaluateOptions)) == list(unbounded(ServeOptions)) == []
+
+
+def test_task_extract_has_its_own_defaults_where_none_is_given(tmp_path):
+    cfg = load_config(None, ["task=extract"])
+    assert (cfg.model.name, cfg.train.lr) == ("bilstm", 5e-3)
+    assert load_config(None, ["task=extract", "train.lr=0.01"]).train.lr == 0.01
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("task: extract\nmodel:\n  name: bilstm\ntrain:\n  lr: 0.002\n")
+    assert load_config(str(recipe)).train.lr == 0.002  # a file's value is given too
+    assert load_config(None, ["train.lr=0.002"]).model.name == "cnn"  # classify: unchanged
+    with pytest.raises(UserError, match="task=extract reads text with model.name=bilstm"):
+        load_config(None, ["task=extract", "model.name=cnn"])

@@ -4,15 +4,18 @@ relations on one pair)."""
 
 from __future__ import annotations
 
-import numpy as np
+from dataclasses import replace
+
+import pytest
 import torch
 
 from reltrain.data.schema import Annotated, Link, Span
-from reltrain.data.spans import SpanEncoder, candidate_spans, collate_spans
+from reltrain.data.extract_prepare import resolve_overlap
+from reltrain.data.spans import SpanDataset, SpanEncoder, candidate_spans, collate_spans
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
-from reltrain.evaluation.extraction import extraction_metrics
-from reltrain.evaluation.span_decode import decode
+from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
+from reltrain.evaluation.span_decode import _without_overlaps, decode
 from reltrain.models.spans import RangeMax, SpanRelationModel, WordEncoder, span_loss
 
 TYPES, RELATIONS = ["Org", "Peop"], ["Kill", "Work_For"]
@@ -78,9 +81,42 @@ def test_trained_on_a_few_sentences_it_answers_them_back():
         span_loss(*model(**batch.inputs()), batch, len(data)).backward()
         optimizer.step()
     model.eval()
-    answers = decode(model, batch, examples, data, TYPES, RELATIONS, np.full(len(RELATIONS), 0.5))
+    dataset = SpanDataset(examples, data, 0, TYPES, RELATIONS, flat=True)
+    answers = decode(model, dataset, list(range(len(data))), batch)
     metrics = extraction_metrics(data, [a.sentence for a in answers])
     assert metrics["entities_f1"] == 1.0 and metrics["relations_strict_f1"] == 1.0
     second = answers[1]
     assert {r.type for r in second.sentence.relations} == {"Kill", "Work_For"}
     assert all(0.5 <= p <= 1 for p in second.relation_scores + second.entity_scores)
+
+
+def test_flat_decoding_keeps_the_best_of_overlapping_mentions():
+    spans = torch.tensor([[0, 2], [1, 3], [3, 4], [0, 1], [2, 4]])
+    # best first: [1, 3) takes its place; [0, 2) and [2, 4) overlap it, [3, 4) and [0, 1) do not
+    assert _without_overlaps(torch.tensor([1, 0, 4, 2, 3]), spans).tolist() == [1, 2, 3]
+    assert _without_overlaps(torch.tensor([], dtype=torch.long), spans).tolist() == []
+    flat = sentences()
+    assert resolve_overlap("auto", flat) == "flat" and resolve_overlap("nested", flat) == "nested"
+    text = "Acme Corp Paris office"
+    nested = Annotated(text, (Span(0, 9, "Org"), Span(0, 4, "Org")), (), "t")
+    assert resolve_overlap("auto", flat + [nested]) == "nested"
+
+
+def test_each_relation_gets_the_threshold_of_its_best_f1():
+    gold = sentences()
+    # answers: the gold entities with every gold relation at 0.6 and a wrong Work_For at 0.3 on
+    # the first sentence; a Kill at 0.2 where only Work_For is gold on the last
+    answers = [replace(gold[0], relations=gold[0].relations + (Link(1, 0, "Work_For"),)),
+               gold[1], gold[2], replace(gold[3], relations=gold[3].relations + (Link(2, 0, "Kill"),))]
+    scores = [[0.6, 0.3], [0.6, 0.6], [], [0.6, 0.2]]
+    grid = [0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7]
+    chosen = tune_thresholds(gold, answers, scores, ["Kill", "Work_For", "Never"], grid)
+    # Kill: right above 0.2 (0.3 to 0.6, nearest 0.5 wins); Work_For: above 0.3 likewise;
+    # a relation no gold sentence has keeps 0.5
+    assert chosen.tolist() == [0.5, 0.5, 0.5]
+    scores = [[0.9, 0.3], [0.9, 0.9], [], [0.9, 0.2]]
+    assert tune_thresholds(gold, answers, scores, ["Kill", "Work_For"], [0.1, 0.2, 0.3, 0.4]).tolist() \
+        == pytest.approx([0.4, 0.4])  # a tie goes to the one nearest 0.5
+    scores = [[0.25, 0.3], [0.25, 0.25], [], [0.25, 0.2]]  # every gold one below 0.3
+    assert tune_thresholds(gold, answers, scores, ["Kill", "Work_For"], grid).tolist() \
+        == pytest.approx([0.2, 0.2])

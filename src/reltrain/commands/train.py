@@ -76,8 +76,9 @@ _OUTSIDE = "before training or after it; nothing new to save"
 
 
 def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) -> dict:
-    if use_example_data(cfg.data):
-        log.info("no data.train given: training on the bundled English example")
+    if use_example_data(cfg.data, cfg.task):
+        log.info("no data.train given: training on the bundled English example%s",
+                 " of task=extract" if cfg.task == "extract" else "")
     seed_everything(cfg.train.seed)
     progress = progress_enabled(cfg.log.progress, ctx.is_main)
     extracting = cfg.task == "extract"
@@ -97,6 +98,8 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     # batch plan resolved (a new object; the validated one is left as it was).
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
+    if extracting:  # and how it decodes, which the model folder keeps for prediction
+        cfg = replace(cfg, extract=replace(cfg.extract, overlap=prepared.meta["overlap"]))
     if ctx.is_main:
         start_run_dir(run_dir, cfg, resumed.training.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)

@@ -22,6 +22,7 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         merged = OmegaConf.structured(Config)
         for src in sources:
             merged = OmegaConf.merge(merged, src)
+        _task_defaults(merged, sources)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as exc:
         raise UserError(_option_error(exc)) from None
@@ -29,6 +30,21 @@ def load_config(path: str | None = None, overrides: list[str] | tuple[str, ...] 
         raise UserError(f"bad option: {first_line(exc, 200)}") from None
     validate(cfg)
     return cfg
+
+
+def _task_defaults(merged, sources: list[dict]) -> None:
+    """task=extract's own defaults where no source set the option: model.name bilstm (cnn,
+    the default, reads no spans) and, for it, train.lr 5e-3 (at 1e-3 its span classifier learns
+    the bundled example's entities in 10 epochs to F1 0.48; at 5e-3 to 0.99)."""
+    def given(section: str, key: str) -> bool:
+        return any(key in (s.get(section) or {}) for s in sources)
+
+    if merged.task != "extract":
+        return
+    if not given("model", "name"):
+        merged.model.name = "bilstm"
+    if merged.model.name == "bilstm" and not given("train", "lr"):
+        merged.train.lr = 5e-3
 
 
 def config_from_dict(data: object, where: str = "checkpoint") -> Config:

@@ -136,7 +136,8 @@ class LMConfig:
 
 @dataclass
 class ModelConfig:
-    name: str = _opt("cnn", "encoder: cnn, pcnn, bilstm, transformer or lm")
+    name: str = _opt("cnn", "encoder: cnn, pcnn, bilstm, transformer or lm (task=extract: bilstm "
+                            "or lm; bilstm by default)")
     word_dim: int = _opt(100, "word embedding size", bound=WIDTH)
     pos_dim: int = _opt(10, "size of each of the two position embeddings", bound=WIDTH)
     dropout: float = _opt(0.5, "dropout before the classifier (model.lm.dropout for lm)",
@@ -166,7 +167,8 @@ class TrainConfig:
                                   bound=Bound(lambda v: v >= 0, ">= 0 (0: derived)"))
     eval_batch_size: int = _opt(64, "examples per evaluation batch (larger ones cost memory and "
                                     "saved no time: docs/benchmarks.md)", bound=AT_LEAST_1)
-    lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head)", bound=POSITIVE)
+    lr: float = _opt(1e-3, "learning rate (for lm: of the classifier head; 5e-3 by default for "
+                           "task=extract with bilstm)", bound=POSITIVE)
     encoder_lr: float = _opt(3e-5, "lm: learning rate of the pretrained encoder", bound=POSITIVE)
     weight_decay: float = _opt(0.0, "weight decay (lm: AdamW, not on biases and LayerNorm)",
                                bound=NOT_NEGATIVE)
@@ -220,9 +222,17 @@ class ExtractConfig:
     max_width: int = _opt(10, "task=extract: the widest entity span, in units (words; characters "
                               "for Chinese)", bound=Bound(lambda v: 1 <= v <= 64, "between 1 and 64"))
     threshold: float = _opt(0.5, "task=extract: a relation is answered where its probability "
-                                 "reaches this", bound=Bound(lambda v: 0 < v < 1, "in (0, 1)"))
+                                 "reaches this (each relation's own where tune_thresholds "
+                                 "chose one)", bound=Bound(lambda v: 0 < v < 1, "in (0, 1)"))
+    tune_thresholds: bool = _opt(True, "task=extract: each validation chooses every relation's "
+                                       "threshold (0.05 to 0.95) for its best validation F1; the "
+                                       "model keeps them with its weights")
     hidden: int = _opt(200, "task=extract with reltrain's own encoder: the BiLSTM's width",
                        bound=WIDTH)
+    overlap: str = _opt("auto", "task=extract: flat (a mention that overlaps a better-scoring one "
+                                "is dropped), nested (kept) or auto (flat where no training "
+                                "sentence has overlapping mentions; the model folder keeps the "
+                                "choice)", ("auto", "flat", "nested"))
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
 

@@ -79,15 +79,30 @@ def prepare_spans(cfg) -> PreparedSpans:
                  else [t.lower() if cfg.data.lowercase else t for t in s.tokens] for s in train)
         vocab = Vocab.build(words, cfg.data.min_freq)
     encode = span_encoder(cfg, types, relations, vocab, lm)
+    overlap = resolve_overlap(cfg.extract.overlap, train)
     sets, lost = {}, {}
     pad = lm.pad_id if lm is not None else 0
     for split, data in sentences.items():
         examples = [encode(s, labelled=split == "train") for s in data]
         lost[split] = sum(x.lost for x in examples)
-        sets[split] = SpanDataset(examples, data, pad, types, relations, cfg.extract.threshold)
+        sets[split] = SpanDataset(examples, data, pad, types, relations, flat=overlap == "flat",
+                                  tune=split == "valid" and cfg.extract.tune_thresholds)
     meta = {"rows": {k: len(v) for k, v in sentences.items()}, "skipped": skipped,
-            "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train)}
+            "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train),
+            "overlap": overlap}
     return PreparedSpans(relations, types, sets, vocab, lm, _key(files, cfg), meta)
+
+
+def resolve_overlap(setting: str, train: list[Annotated]) -> str:
+    """``auto``: flat where no training sentence has two mentions that overlap (CoNLL04), else
+    nested (DuIE, whose strings nest: a song's title holds its singer's name)."""
+    if setting != "auto":
+        return setting
+    for s in train:
+        ends = sorted((e.start, e.end) for e in set(s.entities))
+        if any(b[0] < a[1] for a, b in zip(ends, ends[1:])):
+            return "nested"
+    return "flat"
 
 
 def _read(path: str, data_cfg) -> tuple[list[Annotated], list[str]]:

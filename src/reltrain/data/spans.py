@@ -166,13 +166,14 @@ class SpanDataset:
     task = "extract"
 
     def __init__(self, examples: list[SpanExample], sentences: list[Annotated], pad_id: int,
-                 entity_types: list[str], relation_names: list[str], threshold: float,
-                 symmetric: frozenset[str] = frozenset()):
+                 entity_types: list[str], relation_names: list[str], flat: bool = False,
+                 symmetric: frozenset[str] = frozenset(), tune: bool = False):
         self.examples, self.sentences, self.pad_id = examples, sentences, pad_id
         self.entity_types, self.relation_names = entity_types, relation_names
         self.relations = len(relation_names)
-        self.thresholds = np.full(len(relation_names), threshold, dtype=np.float32)
-        self.symmetric = symmetric
+        # flat: overlapping answers are dropped; tune: scoring this split chooses the model's
+        # relation thresholds (the validation split, extract.tune_thresholds)
+        self.flat, self.symmetric, self.tune = flat, symmetric, tune
         self.lengths = np.array([max(len(x.first), 1) for x in examples], dtype=np.int64)
 
     def __len__(self) -> int:

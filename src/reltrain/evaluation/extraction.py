@@ -10,9 +10,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
+import numpy as np
+
 from reltrain.data.schema import Annotated
 
 SCORES = ("entities", "relations_strict", "relations_boundaries", "triples")
+
+
+def strict_item(sentence: Annotated, link, symmetric: frozenset[str] = frozenset()) -> tuple:
+    """A relation as ``relations_strict`` counts it: (relation, both ends' spans and types)."""
+    head, tail = sentence.entities[link.head], sentence.entities[link.tail]
+    ends = [((head.start, head.end), head.type), ((tail.start, tail.end), tail.type)]
+    if link.type in symmetric:
+        ends.sort()
+    return link.type, tuple(ends)
 
 
 def sentence_items(sentence: Annotated, symmetric: frozenset[str] = frozenset()) -> dict[str, set]:
@@ -23,11 +34,8 @@ def sentence_items(sentence: Annotated, symmetric: frozenset[str] = frozenset())
                              "relations_strict": set(), "relations_boundaries": set(),
                              "triples": set()}
     for link in sentence.relations:
-        head, tail = ents[link.head], ents[link.tail]
-        ends = [((head.start, head.end), head.type), ((tail.start, tail.end), tail.type)]
-        if link.type in symmetric:
-            ends.sort()
-        items["relations_strict"].add((link.type, tuple(ends)))
+        _, ends = item = strict_item(sentence, link, symmetric)
+        items["relations_strict"].add(item)
         items["relations_boundaries"].add((link.type, (ends[0][0], ends[1][0])))
         texts = [sentence.text[s:e] for (s, e), _ in ends]
         items["triples"].add((link.type, tuple(sorted(texts)) if link.type in symmetric
@@ -82,6 +90,38 @@ def _prf(tp: int, pred: int, gold: int) -> dict:
     recall = tp / gold if gold else 0.0
     f1 = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
     return {"f1": f1, "precision": precision, "recall": recall, "support": gold}
+
+
+def tune_thresholds(gold: list[Annotated], predicted: list[Annotated], scores: list[list[float]],
+                    relations: list[str], grid, symmetric: frozenset[str] = frozenset()):
+    """Each relation's threshold from ``grid`` with the best strict F1 of that relation over the
+    set (``predicted``: answers at the grid's lowest threshold, ``scores`` their relations'
+    probabilities); ties go to the threshold nearest 0.5, a relation without gold keeps 0.5."""
+    grid = np.asarray(grid, dtype=np.float32)
+    tp = {r: np.zeros(len(grid)) for r in relations}
+    pred = {r: np.zeros(len(grid)) for r in relations}
+    support = dict.fromkeys(relations, 0)
+    for want, got, probs in zip(gold, predicted, scores):
+        wanted = {strict_item(want, link, symmetric) for link in want.relations}
+        for kind, _ in wanted:
+            support[kind] = support.get(kind, 0) + 1
+        best: dict = {}  # an item answered twice counts once, at its higher score
+        for link, p in zip(got.relations, probs):
+            item = strict_item(got, link, symmetric)
+            best[item] = max(best.get(item, 0.0), p)
+        for (kind, ends), p in best.items():
+            if kind in pred:
+                reached = grid <= p
+                pred[kind] += reached
+                if (kind, ends) in wanted:
+                    tp[kind] += reached
+    out = np.full(len(relations), 0.5, dtype=np.float32)
+    for i, r in enumerate(relations):
+        if support.get(r, 0):
+            f1 = 2 * tp[r] / np.maximum(pred[r] + support[r], 1)
+            order = np.lexsort((np.abs(grid - 0.5), -np.round(f1, 9)))
+            out[i] = grid[order[0]]
+    return out
 
 
 def extraction_metrics(gold: list[Annotated], predicted: list[Annotated],

@@ -1,19 +1,24 @@
 """From the span model's scores to answers: every candidate span whose best class is an entity
-type is a mention (nested and overlapping ones too), at most ``MAX_MENTIONS`` a sentence by
-score; every ordered pair of them is scored, and each relation whose probability reaches its
-threshold is an answer (several on one pair, or none)."""
+type is a mention, at most ``MAX_MENTIONS`` a sentence by score; where the model decodes flat
+(no training sentence had overlapping mentions), a mention that overlaps a better-scoring one is
+dropped, else nested and overlapping ones are kept. Every ordered pair of mentions is scored, and
+each relation whose probability reaches its threshold (the model's ``thresholds``) is an answer
+(several on one pair, or none). Scoring the validation split may first choose those thresholds
+(``extract.tune_thresholds``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 import torch
 
 from reltrain.data.schema import Annotated, Link, Span
-from reltrain.data.spans import SpanBatch, SpanExample
+from reltrain.data.spans import SpanBatch
 
 MAX_MENTIONS = 30  # mentions scored as pairs per sentence: its pairs grow with the square
+THRESHOLDS = np.round(np.arange(0.05, 0.951, 0.05), 2)  # what tuning chooses a relation's from
 
 
 class Answer(NamedTuple):
@@ -23,10 +28,11 @@ class Answer(NamedTuple):
 
 
 @torch.no_grad()
-def decode(model, batch: SpanBatch, examples: list[SpanExample], sentences: list[Annotated],
-           entity_types: list[str], relations: list[str], thresholds: np.ndarray,
-           precision=None) -> list[Answer]:
-    """The answers of one batch, in its order."""
+def decode(model, dataset, indices, batch: SpanBatch, precision=None,
+           floor: float | None = None) -> list[Answer]:
+    """The answers of the sentences ``indices`` of ``dataset`` (a SpanDataset; ``batch``
+    collated from them), in that order; ``floor``: every relation's threshold instead of the
+    model's."""
     from reltrain.runtime.precision import FP32
 
     device = batch.ids.device
@@ -35,19 +41,43 @@ def decode(model, batch: SpanBatch, examples: list[SpanExample], sentences: list
         reps, table = model.span_reps(states, batch.unit_mask, batch.span_batch, batch.spans)
         probs = torch.softmax(model.span_classifier(reps).float(), -1)
     score, kind = probs.max(-1)
+    examples = [dataset.examples[i] for i in indices]
     chosen = []  # per example: indices into the batch's spans
     for b in range(len(examples)):
         mine = torch.nonzero((batch.span_batch == b) & (kind > 0)).flatten()
-        order = torch.argsort(score[mine], descending=True, stable=True)[:MAX_MENTIONS]
-        chosen.append(torch.sort(mine[order]).values)
+        order = mine[torch.argsort(score[mine], descending=True, stable=True)]
+        if dataset.flat:
+            order = _without_overlaps(order, batch.spans)
+        chosen.append(torch.sort(order[:MAX_MENTIONS]).values)
     pairs = [torch.cartesian_prod(c, c) for c in chosen if len(c) > 1]
     pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long, device=device)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     with (precision or FP32).autocast(device):
         pair_probs = torch.sigmoid(model.pair_logits(reps, table, batch.span_batch, batch.spans,
                                                      pairs).float())
-    return _answers(batch, examples, sentences, chosen, score, kind, pairs, pair_probs,
-                    entity_types, relations, thresholds)
+    thresholds = (model.thresholds.float().cpu().numpy() if floor is None
+                  else np.full(len(dataset.relation_names), floor, dtype=np.float32))
+    return _answers(batch, examples, [dataset.sentences[i] for i in indices], chosen, score, kind,
+                    pairs, pair_probs, dataset.entity_types, dataset.relation_names, thresholds)
+
+
+def _above(answer: Answer, relations: list[str], thresholds: np.ndarray) -> Answer:
+    """The answer with only the relations whose score reaches their relation's threshold."""
+    at = {name: float(t) for name, t in zip(relations, thresholds)}
+    keep = [i for i, (link, p) in enumerate(zip(answer.sentence.relations, answer.relation_scores))
+            if p >= at[link.type]]
+    sentence = replace(answer.sentence, relations=tuple(answer.sentence.relations[i] for i in keep))
+    return Answer(sentence, answer.entity_scores, [answer.relation_scores[i] for i in keep])
+
+
+def _without_overlaps(order: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
+    """The spans of ``order`` (best first) that overlap no better one before them."""
+    taken, keep = [], []
+    for k, (s, e) in zip(order.tolist(), spans[order].tolist()):
+        if all(e <= ts or s >= te for ts, te in taken):
+            taken.append((s, e))
+            keep.append(k)
+    return order.new_tensor(keep)
 
 
 def _answers(batch, examples, sentences, chosen, score, kind, pairs, pair_probs, entity_types,
@@ -74,7 +104,8 @@ def _answers(batch, examples, sentences, chosen, score, kind, pairs, pair_probs,
 
 
 def gathered_answers(model, dataset, batch_size: int, ctx, precision=None,
-                     progress: bool = False, desc: str = "eval") -> list[Answer]:
+                     progress: bool = False, desc: str = "eval",
+                     floor: float | None = None) -> list[Answer]:
     """Every sentence's answer in the split's order, on every rank: under DDP each rank decodes
     every W-th of the same length-sorted batches and the answers are gathered, so they are one
     process's exactly. ``model`` unwrapped."""
@@ -89,9 +120,7 @@ def gathered_answers(model, dataset, batch_size: int, ctx, precision=None,
     local = []
     for indices in tqdm(mine, desc=desc, disable=not progress, unit="batch", leave=False):
         batch = dataset.batch(indices).to(ctx.device)
-        answers = decode(model, batch, [dataset.examples[i] for i in indices],
-                         [dataset.sentences[i] for i in indices], dataset.entity_types,
-                         dataset.relation_names, dataset.thresholds, precision)
+        answers = decode(model, dataset, indices, batch, precision, floor)
         local.extend(zip((int(i) for i in indices), answers))
     model.train(was_training)
     parts = ctx.all_gather_objects(local) if ctx.distributed else [local]
@@ -102,10 +131,21 @@ def gathered_answers(model, dataset, batch_size: int, ctx, precision=None,
 
 def evaluate_spans(model, dataset, batch_size: int, ctx, progress: bool = False,
                    desc: str = "eval", precision=None) -> tuple[dict, list[Answer]]:
-    """The extraction scores of ``model`` on a gold split, identical on every rank."""
-    from reltrain.evaluation.extraction import extraction_metrics
+    """The extraction scores of ``model`` on a gold split, identical on every rank; where the
+    split is the one that tunes (validation), every relation's threshold is chosen first and
+    kept in ``model.thresholds`` (the same on every rank: the answers are gathered)."""
+    from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 
-    answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc)
+    if dataset.tune:
+        answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc,
+                                   floor=float(THRESHOLDS[0]))
+        chosen = tune_thresholds(dataset.sentences, [a.sentence for a in answers],
+                                 [a.relation_scores for a in answers], dataset.relation_names,
+                                 THRESHOLDS, dataset.symmetric)
+        model.thresholds.copy_(torch.from_numpy(chosen))
+        answers = [_above(a, dataset.relation_names, chosen) for a in answers]
+    else:
+        answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc)
     metrics = extraction_metrics(dataset.sentences, [a.sentence for a in answers],
                                  dataset.symmetric)
     return metrics, answers

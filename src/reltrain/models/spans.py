@@ -44,8 +44,12 @@ class RangeMax:
 
 class SpanRelationModel(nn.Module):
     def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
-                 max_width: int, width_dim: int = 25, dropout: float = 0.1):
+                 max_width: int, width_dim: int = 25, dropout: float = 0.1,
+                 threshold: float = 0.5):
         super().__init__()
+        # Each relation's threshold: saved with the weights, so the checkpoint that validation
+        # selected answers with the thresholds validation chose for it.
+        self.register_buffer("thresholds", torch.full((num_relations,), threshold))
         self.encoder = encoder  # (ids, mask, noise) -> (B, T, hidden)
         self.width = nn.Embedding(max_width + 1, width_dim)
         span_dim = 3 * hidden + width_dim
@@ -174,4 +178,5 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
                               model_cfg.dropout)
         dropout = model_cfg.dropout
     return SpanRelationModel(encoder, encoder.hidden, num_types, num_relations,
-                             extract_cfg.max_width, dropout=dropout)
+                             extract_cfg.max_width, dropout=dropout,
+                             threshold=extract_cfg.threshold)

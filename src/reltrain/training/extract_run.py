@@ -41,8 +41,9 @@ def span_model(cfg, prepared: PreparedSpans, hf_config: dict | None = None):
 def describe(prepared: PreparedSpans) -> None:
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
-    log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d", rows,
-             len(prepared.entity_types), len(prepared.labels), prepared.vocab_size)
+    log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d; mentions "
+             "decoded %s", rows, len(prepared.entity_types), len(prepared.labels),
+             prepared.vocab_size, meta["overlap"])
     for split, reasons in meta["skipped"].items():
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
