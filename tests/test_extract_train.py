@@ -168,9 +168,95 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     assert "--text needs --head and --tail" not in capsys.readouterr().err
 
 
+def test_the_server_and_its_demo_page_answer_raw_text(one, tmp_path):
+    """POST /predict {"text"} answers what predict --text does; the demo page, deep-linked as
+    /?text=..., shows the entities marked by type and the relations, markup shown as text."""
+    import urllib.parse
+
+    from test_report import browser
+    from test_serve import Server
+
+    pytest.importorskip("fastapi")
+    text = "Ann Lee works for Acme in Paris ."
+    expected = json.loads(run_cli("predict", str(one), "--text", text).stdout)
+    assert len(expected["entities"]) == 3 and expected["relations"]
+    srv = Server(one)
+    try:
+        status, answer = srv.post({"text": text})
+        assert status == 200 and rounded(answer) == rounded(expected)
+        status, answers = srv.post([{"text": text, "id": 7}, {"text": "Bo Park killed Cy Moss ."}])
+        assert status == 200 and answers[0]["id"] == 7 and len(answers) == 2
+        assert rounded({k: v for k, v in answers[0].items() if k != "id"}) == rounded(expected)
+        assert srv.post({"text": text, "head": "Ann Lee"}) == (422, {
+            "error": "unknown key 'head'; an extraction model takes text and id", "field": "head"})
+        assert srv.post([{"text": " "}])[1]["field"] == "[0].text"
+        status, info = srv.get("/model")
+        assert info["task"] == "extract" and info["entity_types"] == ["Loc", "Org", "Peop"]
+
+        def page(query: str, *args: str) -> str:
+            url = f"http://127.0.0.1:{srv.port}/?{urllib.parse.urlencode({'text': query})}"
+            return browser("--virtual-time-budget=15000", *args, url).stdout
+
+        dom = page(text, "--dump-dom")
+        assert 'data-ready="true"' in dom, dom[-2000:]
+        assert dom.count("data-entity=") == 3 and 'class="mention t2"' in dom  # Peop, third type
+        for relation in expected["relations"]:
+            assert f'data-relation="{relation["type"]}"' in dom
+        hostile = "<b>bold</b> Ann Lee works for Acme in Paris ."
+        shown = page(hostile, "--dump-dom").split('<p id="sentence">')[1].split("</p>")[0]
+        assert "&lt;" in shown and "<b>" not in shown  # the markup is text, in marked pieces
+        shot = tmp_path / "demo.png"
+        page(text, "--window-size=1000,700", f"--screenshot={shot}")
+        import numpy as np
+        from PIL import Image
+
+        assert (np.asarray(Image.open(shot).convert("RGB"), dtype=np.float64) / 255).std() > 0.05
+    finally:
+        srv.stop()
+    assert "Traceback" not in srv.output()
+
+
+def test_with_no_data_it_trains_on_the_bundled_example(tmp_path, capsys):
+    out = tmp_path / "example"
+    assert main(["train", "task=extract", "train.epochs=2", "log.progress=false",
+                 f"output_dir={out}"]) == 0
+    log = (out / "train.log").read_text()
+    assert "training on the bundled English example of task=extract" in log
+    assert "5 entity types, 8 relations" in log and "mentions decoded flat" in log
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["test"]["num_sentences"] == 120 and "relations_strict_f1" in summary["test"]
+    assert (out / "checkpoints/best/model.safetensors").is_file()
+
+
+def test_the_report_shows_figures_per_type_and_the_wrong_sentences(one, tmp_path):
+    """The run's report.html: test figures of extraction, per entity type and per relation, and
+    the test sentences with a missed or spurious relation (the same ones runs_view finds)."""
+    from reltrain.evaluation.runs import runs_view
+    from test_report import browser
+
+    view = runs_view([str(one)])["runs"][0]
+    assert view["task"] == "extract" and set(view["per_entity_type"]) == {"Loc", "Org", "Peop"}
+    rows = [json.loads(line) for line in (one / "test_predictions.jsonl").read_text().splitlines()]
+
+    def strict(s: dict) -> set:
+        def end(i):
+            return tuple(s["entities"][i][k] for k in ("start", "end", "type"))
+        return {(r["type"], end(r["head"]), end(r["tail"])) for r in s["relations"]}
+
+    wrong = sum(strict(row["gold"]) != strict(row["answer"]) for row in rows)
+    assert view["answers"]["rows"] == 24 and view["answers"]["wrong"] == wrong
+    dom = browser("--virtual-time-budget=10000", "--dump-dom",
+                  (one / "report.html").resolve().as_uri()).stdout
+    assert 'data-rendered="true"' in dom and "relations strict F1" in dom
+    assert '<section id="classification" hidden=""' in dom and '<section id="extraction">' in dom
+    assert f"{wrong} of 24 test sentences have a missed or spurious relation" in dom
+    for kind in ("Loc", "Org", "Peop", "Work_For", "Kill"):
+        assert f"<td>{kind}</td>" in dom
+    missed = sum(len(s["missed"]) for s in view["answers"]["sentences"])
+    assert dom.count('data-kind="missed"') == missed
+
+
 def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
-    line = user_error(run_cli("serve", str(one), "--port", "0"))
-    assert "an extraction model (task=extract)" in line
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line
     line = user_error(run_cli("predict", str(one), "--text", "x" * 20_001))

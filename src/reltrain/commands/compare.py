@@ -1,6 +1,6 @@
 """``reltrain compare RUN_DIR RUN_DIR...``: runs side by side (evaluation/runs.py): the headline
-test figures, F1 per relation with the difference to the first run, and the options in which
-the runs differ, as a table or JSON."""
+test figures (an extraction run's too), F1 per relation with the difference to the first run,
+and the options in which the runs differ, as a table or JSON."""
 
 from __future__ import annotations
 
@@ -14,7 +14,10 @@ from reltrain.runtime.errors import UserError
 FIGURES = (("positive_micro_f1", "pos. micro-F1"), ("positive_micro_precision", "pos. P"),
            ("positive_micro_recall", "pos. R"), ("positive_macro_f1", "pos. macro-F1"),
            ("semeval_macro_f1", "SemEval macro-F1"),
-           ("macro_f1", "macro-F1"), ("micro_f1", "micro-F1"), ("accuracy", "accuracy"))
+           ("macro_f1", "macro-F1"), ("micro_f1", "micro-F1"), ("accuracy", "accuracy"),
+           ("entities_f1", "entities F1"), ("relations_strict_f1", "rel. strict F1"),
+           ("relations_strict_precision", "strict P"), ("relations_strict_recall", "strict R"),
+           ("relations_boundaries_f1", "rel. boundaries F1"), ("triples_f1", "triples F1"))
 
 
 @dataclass
@@ -32,7 +35,9 @@ def compare_runs(runs: list[str]) -> dict:
     """The comparison as plain data (what ``--json`` prints), from the runs' views."""
     view = runs_view(runs, answers=False)
     tests = [run["test"] for run in view["runs"]]
-    per_class = [run["per_class"] for run in view["runs"]]
+    # per relation: a classification run's per class, an extraction run's strict per relation
+    per_class = [run["per_relation"] if run["task"] == "extract" else run["per_class"]
+                 for run in view["runs"]]
     relations = list(dict.fromkeys(name for classes in per_class for name in classes))
     return {
         "runs": [{"run_dir": run["path"], "encoder": run["encoder"],

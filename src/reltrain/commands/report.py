@@ -60,7 +60,11 @@ def write_report(runs: list[str], output: str | Path) -> dict:
 
 def run_report(options: ReportOptions) -> Path:
     data = write_report(options.runs, options.output)
-    shown = sum(len(r["answers"]["mistakes"]) for r in data["runs"])
-    print(f"wrote {options.output} ({len(data['runs'])} run(s), {shown} misclassified test rows "
+    rows = sum(len(r["answers"].get("mistakes", ())) for r in data["runs"])
+    sentences = sum(len(r["answers"].get("sentences", ())) for r in data["runs"])
+    shown = ", ".join(part for part in (rows and f"{rows} misclassified test rows",
+                                         sentences and f"{sentences} test sentences with a "
+                                                       f"missed or spurious relation") if part)
+    print(f"wrote {options.output} ({len(data['runs'])} run(s){', ' + shown if shown else ''} "
           f"shown); open it in a browser: it needs no network")
     return Path(options.output)

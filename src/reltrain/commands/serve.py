@@ -29,10 +29,7 @@ def run_serve(options: ServeOptions) -> None:
     o = options
     # Errors first, as one line: inside a worker's startup they would be uvicorn's traceback.
     resolve_device(o.device)
-    if getattr(Predictor.from_checkpoint(o.model, runtime=o.runtime, amp=o.amp), "entity_types",
-               None) is not None:
-        raise UserError(f"{o.model}: an extraction model (task=extract); reltrain serve answers "
-                        f"classification models only so far (docs/extraction.md)")
+    Predictor.from_checkpoint(o.model, runtime=o.runtime, amp=o.amp)
     _check_port(o.host, o.port)
     if not o.threads:
         o = replace(o, threads=max(1, (os.cpu_count() or 1) // o.workers))

@@ -35,8 +35,11 @@ def run_view(path: Path, config: dict, answers: bool = True) -> dict:
     history = list(_jsonl(path / "metrics.jsonl", 100_000))
     test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
     best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
+    task = "extract" if config.get("task") == "extract" else "classify"
+    per_kind = {k: test.get(k) if isinstance(test.get(k), dict) else {}
+                for k in ("per_class", "per_entity_type", "per_relation")}
     return {
-        "name": path.name or str(path), "path": str(path),
+        "name": path.name or str(path), "path": str(path), "task": task,
         "encoder": config.get("model.name"),
         "data": {k: config.get(f"data.{k}") for k in ("train", "valid", "test")},
         "world_size": summary.get("world_size"),
@@ -44,10 +47,11 @@ def run_view(path: Path, config: dict, answers: bool = True) -> dict:
         "epochs_run": summary.get("epochs_run"),
         "best": {k: best.get(k) for k in ("metric", "value", "epoch")},
         "seconds": sum(r.get("train_seconds") or 0 for r in history),
-        "test": {k: v for k, v in test.items() if k != "per_class"},
-        "per_class": test.get("per_class") if isinstance(test.get("per_class"), dict) else {},
+        "test": {k: v for k, v in test.items() if k not in per_kind},
+        **per_kind,
         "curves": _curves(history),
-        **({"answers": _answers(path)} if answers else {}),
+        **({"answers": (_extraction_answers if task == "extract" else _answers)(path)}
+           if answers else {}),
     }
 
 
@@ -142,3 +146,44 @@ def _answers(run: Path) -> dict:
                                   if isinstance(k, dict) and k.get("relation") == r.get("gold")), None)}
              for _, _, i, r in sorted(kept, key=lambda item: (-item[0], item[2]))]
     return {"rows": rows, "confusion": counts, "mistakes": shown, "wrong": wrong}
+
+
+def _extraction_answers(run: Path) -> dict:
+    """The test sentences of an extraction run whose answer missed a gold relation or gave one
+    the gold lacks (strict: both spans, both types and the relation), the first
+    ``SHOWN_MISTAKES`` of them with their answer's entities, read a row at a time."""
+    rows = wrong = 0
+    shown = []
+    for i, row in enumerate(_jsonl(run / "test_predictions.jsonl", MAX_ROWS)):
+        rows += 1
+        gold, answer = _strict_triples(row.get("gold")), _strict_triples(row.get("answer"))
+        if gold is None or answer is None or gold == answer:
+            continue
+        wrong += 1
+        if len(shown) < SHOWN_MISTAKES:
+            shown.append({"row": i, "text": row["answer"].get("text"),
+                          "entities": row["answer"].get("entities"),
+                          "missed": [gold[k] for k in sorted(set(gold) - set(answer))],
+                          "spurious": [answer[k] for k in sorted(set(answer) - set(gold))]})
+    return {"rows": rows, "wrong": wrong, "sentences": shown}
+
+
+def _strict_triples(sentence: object) -> dict | None:
+    """A sentence's relations as ``{key: [head text, head type, relation, tail text, tail
+    type]}``; None where the row is not an answer's shape (a damaged file: left out)."""
+    if not isinstance(sentence, dict) or not isinstance(sentence.get("text"), str):
+        return None
+    ents, rels = sentence.get("entities"), sentence.get("relations")
+    if not isinstance(ents, list) or not isinstance(rels, list):
+        return None
+    out = {}
+    for r in rels:
+        head, tail = (r.get(k) if isinstance(r, dict) else None for k in ("head", "tail"))
+        if not all(isinstance(x, int) and 0 <= x < len(ents) and isinstance(ents[x], dict)
+                   for x in (head, tail)):
+            return None
+        h, t = ents[head], ents[tail]
+        key = json.dumps([h.get("start"), h.get("end"), h.get("type"), r.get("type"),
+                          t.get("start"), t.get("end"), t.get("type")])
+        out[key] = [h.get("text"), h.get("type"), r.get("type"), t.get("text"), t.get("type")]
+    return out

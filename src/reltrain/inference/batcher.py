@@ -226,5 +226,6 @@ class Batcher:
 
 
 def _top(result: dict, k: int) -> dict:
-    """A result cut to ``k`` alternatives (requests in one batch may ask for different k)."""
-    return {**result, "top_k": result["top_k"][:k]}
+    """A result cut to ``k`` alternatives (requests in one batch may ask for different k; an
+    extraction answer has none)."""
+    return {**result, "top_k": result["top_k"][:k]} if "top_k" in result else result

@@ -57,21 +57,24 @@ class Extractor:
         except Exception as exc:  # transformers raises several types for a config it cannot build
             raise UserError(f"{where}: its config does not build an extraction model "
                             f"({str(exc)[:160]})") from None
+        weights = dict(artifact.weights)
+        # a folder of before relation thresholds were tuned: every relation at extract.threshold
+        weights.setdefault("thresholds", model.thresholds.clone())
         expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        got = {k: tuple(v.shape) for k, v in artifact.weights.items()}
+        got = {k: tuple(v.shape) for k, v in weights.items()}
         if expected != got:
             key = sorted(set(expected) ^ set(got) or [k for k in expected if expected[k] != got[k]])[0]
             raise UserError(f"{where}: weights do not fit this extraction model ({key}: "
                             f"{got.get(key, 'missing')} where {expected.get(key, 'none')} was "
                             f"expected)")
-        model.load_state_dict(artifact.weights)
+        model.load_state_dict(weights)
         precision = resolve_precision(amp, device, cfg.model.pretrained_encoder)
         return cls(model.to(device).eval(), artifact, device, precision)
 
     def dataset(self, sentences: list[Annotated]) -> SpanDataset:
         examples = [self.encoder(s, labelled=False) for s in sentences]
         return SpanDataset(examples, sentences, self.pad_id, self.entity_types, self.labels,
-                           self.config.extract.threshold)
+                           flat=self.config.extract.overlap == "flat")
 
     def answers(self, sentences: list[Annotated], batch_size: int = 32, ctx=None) -> list[Answer]:
         """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
@@ -84,6 +87,11 @@ class Extractor:
                                 f"characters")
         return gathered_answers(self.model, self.dataset(sentences), batch_size, ctx,
                                 self.precision) if sentences else []
+
+    def answer(self, sentences: list[Annotated], top_k: int = 1) -> list[dict]:
+        """The answers as JSON objects, in order: what the server's batcher calls (``top_k``:
+        the classification predictor's, unused here)."""
+        return [sentence_json(a.sentence, a) for a in self.answers(sentences)]
 
     def extract(self, text: str) -> dict:
         """One sentence's entities and relations: ``{"text", "entities", "relations"}``."""

@@ -75,6 +75,69 @@ def parse_items(body: bytes, limits: Limits) -> Parsed:
     return Parsed(items, many, sum(_examples(item) for item in items))
 
 
+TEXT_KEYS = frozenset({"text", "id"})
+
+
+def parse_texts(body: bytes, limits: Limits) -> Parsed:
+    """The sentences of a request to an extraction model: ``{"text", "id"?}`` or a list of them.
+    Each sentence's pairs are at most the 30 best mentions' (evaluation/span_decode.py), so the
+    sentence count bounds the pairs before any is built."""
+    from reltrain.data.rows import parse_json
+    from reltrain.data.schema import Annotated
+
+    try:
+        obj = parse_json(body.decode("utf-8"), "body")
+    except UnicodeDecodeError:
+        raise BadRequest(400, "the body is not UTF-8 text", "body") from None
+    except DataError as exc:
+        raise BadRequest(400, f"the body is not JSON text: {exc.reason}", "body") from None
+    many = isinstance(obj, list)
+    objs = obj if many else [obj]
+    if not objs:
+        raise BadRequest(422, "an empty list: send at least one sentence", "body")
+    if len(objs) > limits.max_items:
+        raise BadRequest(413, f"{len(objs)} sentences in one request; at most {limits.max_items}",
+                         "body")
+    items, chars = [], 0
+    for i, one in enumerate(objs):
+        where = f"[{i}]" if many else ""
+        if not isinstance(one, dict):
+            raise BadRequest(422, f"expected a JSON object, got {type(one).__name__}",
+                             where or "body")
+        unknown = sorted(k for k in one if k not in TEXT_KEYS)
+        if unknown:
+            raise BadRequest(422, f"unknown key '{unknown[0][:60]}'; an extraction model takes "
+                                  f"text and id", f"{where}.{unknown[0][:60]}".lstrip("."))
+        text, ident = one.get("text"), one.get("id")
+        if not isinstance(text, str) or not text.strip():
+            raise BadRequest(422, "expected a non-empty string", f"{where}.text".lstrip("."))
+        if len(text) > limits.max_text_chars:
+            raise BadRequest(422, f"text of {len(text)} characters; at most "
+                                  f"{limits.max_text_chars}", f"{where}.text".lstrip("."))
+        chars += len(text)
+        if chars > limits.max_request_chars:
+            raise BadRequest(413, f"more than {limits.max_request_chars} characters of text",
+                             "body")
+        if ident is not None and not (isinstance(ident, int) and not isinstance(ident, bool)
+                                      or isinstance(ident, str) and 0 < len(ident) <= 200):
+            raise BadRequest(422, "expected a string of at most 200 characters or an integer",
+                             f"{where}.id".lstrip("."))
+        items.append(Annotated(text, (), (), "request", id=ident))
+    return Parsed(items, many, len(items))
+
+
+def text_schema(limits: Limits) -> dict:
+    """POST /predict's body for an extraction model."""
+    one = {"title": "text", "type": "object", "additionalProperties": False, "required": ["text"],
+           "description": "a sentence: its entities and the relations among them are answered",
+           "properties": {"text": {"type": "string", "minLength": 1,
+                                   "maxLength": limits.max_text_chars, "pattern": r"\S"},
+                          "id": {"oneOf": [{"type": "string", "minLength": 1, "maxLength": 200},
+                                           {"type": "integer"}]}}}
+    return {"oneOf": [one, {"type": "array", "items": one, "minItems": 1,
+                            "maxItems": limits.max_items}]}
+
+
 def _check_shape(one: object, where: str, limits: Limits) -> tuple[int, int]:
     """Keys and lengths of one example, before it is built; the examples it asks for (at most:
     pairs of one span with itself are dropped later) and the characters each reads."""

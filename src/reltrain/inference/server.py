@@ -14,7 +14,8 @@ from pathlib import Path
 
 from reltrain.inference.batcher import Batcher, Busy, ItemFailed, Unavailable
 from reltrain.inference.observe import Metrics, Observed, access_log_to_stderr
-from reltrain.inference.requests import BadRequest, Limits, parse_items, request_schema
+from reltrain.inference.requests import (BadRequest, Limits, parse_items, parse_texts,
+                                         request_schema, text_schema)
 from reltrain.config.commands import ServeOptions
 
 log = logging.getLogger("reltrain.serve")
@@ -40,10 +41,18 @@ def create_app(options: ServeOptions):
     if options.demo:
         _add_demo(app)
     _add_status(app, state, metrics)
-    _add_predict(app, state, options)
+    _add_predict(app, state, options, _extracting(options.model))
     # Outside Starlette's own error middleware, so that its 500 carries the request id too.
     return Observed(app, metrics=metrics, access_log=options.access_log, in_flight=in_flight,
                      state=state)
+
+
+def _extracting(model: str) -> bool:
+    """Whether ``model`` is an extraction model, from its config alone (the weights load once,
+    in the lifespan)."""
+    from reltrain.artifacts.model_folder import model_task
+
+    return model_task(model) == "extract"
 
 
 def _lifespan(options: ServeOptions, state: dict, metrics, in_flight: set):
@@ -163,31 +172,38 @@ def _add_status(app, state: dict, metrics) -> None:
         return Response(metrics.text(), media_type=CONTENT_TYPE_LATEST)
 
 
-def _add_predict(app, state: dict, options: ServeOptions) -> None:
+def _add_predict(app, state: dict, options: ServeOptions, extracting: bool) -> None:
+    """POST /predict: relations of given entity pairs, or (an extraction model) the entities
+    and relations of raw sentences."""
     from fastapi import Query, Request
 
     limits = Limits(options.max_items, options.max_text_chars, options.max_request_chars)
+    parse = parse_texts if extracting else parse_items
+    schema = text_schema(limits) if extracting else request_schema(limits)
 
     @app.post("/predict", responses=_answers(400, 408, 413, 422, 503), openapi_extra={
-        "requestBody": {"required": True, "content": {"application/json": {
-            "schema": request_schema(limits)}}}})
+        "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}})
     async def predict(request: Request, top_k: int | None = Query(None, ge=1)):
-        """Relations for one example or a list; a sentence with entities gives every pair."""
+        """Relations for one example or a list; a sentence with entities gives every pair; an
+        extraction model takes sentences alone (``{"text"}``)."""
         k = options.top_k if top_k is None else top_k
-        if not 1 <= k <= len(state["predictor"].labels):
+        if not extracting and not 1 <= k <= len(state["predictor"].labels):
             return _error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}",
                           "top_k")
         try:
             body = await _read_body(request, options.max_body_bytes, options.body_timeout_s)
             # A body of more than a few examples is parsed off the event loop.
-            parsed = (parse_items(body, limits) if len(body) < _INLINE_BODY
-                      else await asyncio.to_thread(parse_items, body, limits))
-            from reltrain.inference.predictor import expand, group_results
+            parsed = (parse(body, limits) if len(body) < _INLINE_BODY
+                      else await asyncio.to_thread(parse, body, limits))
+            if extracting:
+                results = await state["batcher"].predict(parsed.items, k)
+            else:
+                from reltrain.inference.predictor import expand, group_results
 
-            groups = expand(parsed.items)
-            records = [record for _, records in groups for record in records]
-            results = await state["batcher"].predict(
-                records, k, lambda answers: group_results(groups, answers))
+                groups = expand(parsed.items)
+                records = [record for _, records in groups for record in records]
+                results = await state["batcher"].predict(
+                    records, k, lambda answers: group_results(groups, answers))
         except BadRequest as exc:
             return _error(exc.status, exc.message, exc.field)
         except Busy as exc:
@@ -242,8 +258,9 @@ def model_info(predictor, options: ServeOptions) -> dict:
     when it loaded: nothing of the folder is shown unread)."""
     metrics = predictor.card if any(predictor.card.values()) else None
     config = predictor.config
-    return {"model": str(options.model), "encoder": config.model.name,
+    return {"model": str(options.model), "task": config.task, "encoder": config.model.name,
             "language": config.data.language, "labels": predictor.labels,
+            "entity_types": getattr(predictor, "entity_types", None),
             "runtime": options.runtime, "device": str(predictor.device),
             "precision": predictor.precision.name, "metrics": metrics,
             "max_batch": options.max_batch, "max_wait_ms": options.max_wait_ms}
