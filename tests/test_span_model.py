@@ -99,7 +99,8 @@ def test_flat_decoding_keeps_the_best_of_overlapping_mentions():
     assert resolve_overlap("auto", flat) == "flat" and resolve_overlap("nested", flat) == "nested"
     text = "Acme Corp Paris office"
     nested = Annotated(text, (Span(0, 9, "Org"), Span(0, 4, "Org")), (), "t")
-    assert resolve_overlap("auto", flat + [nested]) == "nested"
+    assert resolve_overlap("auto", flat + [nested]) == "nested"  # one in five
+    assert resolve_overlap("auto", flat + flat + [nested]) == "flat"  # one in nine
 
 
 def test_each_relation_gets_the_threshold_of_its_best_f1():

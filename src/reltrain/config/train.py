@@ -230,9 +230,9 @@ class ExtractConfig:
     hidden: int = _opt(200, "task=extract with reltrain's own encoder: the BiLSTM's width",
                        bound=WIDTH)
     overlap: str = _opt("auto", "task=extract: flat (a mention that overlaps a better-scoring one "
-                                "is dropped), nested (kept) or auto (flat where no training "
-                                "sentence has overlapping mentions; the model folder keeps the "
-                                "choice)", ("auto", "flat", "nested"))
+                                "is dropped), nested (kept) or auto (nested where a fifth or "
+                                "more of the training sentences have overlapping mentions; the "
+                                "model folder keeps the choice)", ("auto", "flat", "nested"))
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
 

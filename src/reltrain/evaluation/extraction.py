@@ -37,9 +37,7 @@ def sentence_items(sentence: Annotated, symmetric: frozenset[str] = frozenset())
         _, ends = item = strict_item(sentence, link, symmetric)
         items["relations_strict"].add(item)
         items["relations_boundaries"].add((link.type, (ends[0][0], ends[1][0])))
-        texts = [sentence.text[s:e] for (s, e), _ in ends]
-        items["triples"].add((link.type, tuple(sorted(texts)) if link.type in symmetric
-                              else tuple(texts)))
+        items["triples"].add(triple_item(sentence, link, symmetric))
     return items
 
 
@@ -92,22 +90,32 @@ def _prf(tp: int, pred: int, gold: int) -> dict:
     return {"f1": f1, "precision": precision, "recall": recall, "support": gold}
 
 
+def triple_item(sentence: Annotated, link, symmetric: frozenset[str] = frozenset()) -> tuple:
+    """A relation as ``triples`` counts it: (relation, the two ends' texts)."""
+    texts = [sentence.text[e.start:e.end] for e in (sentence.entities[link.head],
+                                                    sentence.entities[link.tail])]
+    return link.type, tuple(sorted(texts)) if link.type in symmetric else tuple(texts)
+
+
 def tune_thresholds(gold: list[Annotated], predicted: list[Annotated], scores: list[list[float]],
                     relations: list[str], grid, symmetric: frozenset[str] = frozenset()):
-    """Each relation's threshold from ``grid`` with the best strict F1 of that relation over the
-    set (``predicted``: answers at the grid's lowest threshold, ``scores`` their relations'
-    probabilities); ties go to the threshold nearest 0.5, a relation without gold keeps 0.5."""
+    """Each relation's threshold from ``grid`` with the best F1 of that relation over the set
+    (``predicted``: answers at the grid's lowest threshold, ``scores`` their relations'
+    probabilities): strict F1, or the triples' where the gold names entities by strings (DuIE,
+    selected by triples_f1); ties go to the threshold nearest 0.5, a relation without gold keeps
+    0.5."""
+    item_of = triple_item if any(s.strings for s in gold) else strict_item
     grid = np.asarray(grid, dtype=np.float32)
     tp = {r: np.zeros(len(grid)) for r in relations}
     pred = {r: np.zeros(len(grid)) for r in relations}
     support = dict.fromkeys(relations, 0)
     for want, got, probs in zip(gold, predicted, scores):
-        wanted = {strict_item(want, link, symmetric) for link in want.relations}
+        wanted = {item_of(want, link, symmetric) for link in want.relations}
         for kind, _ in wanted:
             support[kind] = support.get(kind, 0) + 1
         best: dict = {}  # an item answered twice counts once, at its higher score
         for link, p in zip(got.relations, probs):
-            item = strict_item(got, link, symmetric)
+            item = item_of(got, link, symmetric)
             best[item] = max(best.get(item, 0.0), p)
         for (kind, ends), p in best.items():
             if kind in pred:
