@@ -83,11 +83,14 @@ def test_duie_strings_are_every_mention_and_what_cannot_be_placed_is_counted(tmp
 
 def test_raw_text_and_gold_files_read_without_labels(tmp_path):
     text = tmp_path / "text.txt"
-    text.write_text("First sentence .\n\n{\"text\": \"Second one\", \"id\": 3}\n", encoding="utf-8")
+    # the first line says plain text: a later sentence that begins "{" is a sentence
+    text.write_text("First sentence .\n\n{\"brief\":\"a quote cut short\n", encoding="utf-8")
     assert detect(str(text)) == "text"
     got = read_annotated(str(text))
     assert [(s.text, s.entities, s.id) for s in got] == [("First sentence .", (), None),
-                                                         ("Second one", (), 3)]
+                                                         ('{"brief":"a quote cut short', (), None)]
+    text.write_text("\n{\"text\": \"Second one\", \"id\": 3}\n", encoding="utf-8")
+    assert [(s.text, s.id) for s in read_annotated(str(text))] == [("Second one", 3)]
     spert = write(tmp_path, "spert.json", [spert_row()])
     [unlabelled] = read_annotated(spert, labels=False)
     assert (unlabelled.text, unlabelled.entities, unlabelled.relations) == (TEXT, (), ())

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
+from itertools import chain
 from typing import NamedTuple
 
 from reltrain.data import formats
@@ -25,7 +26,8 @@ MAX_CHARS = 20_000
 
 KINDS = {"spert": "SpERT's JSON array", "pure": "PURE / DyGIE JSON lines",
          "duie": "DuIE JSON lines", "reltrain": "reltrain's JSON lines",
-         "text": "raw text (one sentence a line, or JSON lines with 'text')"}
+         "text": "raw text (one sentence a line, or JSON lines with 'text': the first line "
+                 "says which, for the whole file)"}
 
 
 class Parsed(NamedTuple):
@@ -69,7 +71,20 @@ def iter_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
     lines = read_lines(path, encoding)
     if kind == "spert":
         return formats.tacred_rows(path, lines, partial(_spert_row, labels=labels))
+    if kind == "text":  # plain lines unless the first is a JSON object: a sentence may begin "{"
+        lines, first = _peek(lines)
+        kind = "text" if first.lstrip("\ufeff").lstrip().startswith("{") else "lines"
     return _line_rows(path, lines, kind, labels)
+
+
+def _peek(lines: Iterator[str]) -> tuple[Iterator[str], str]:
+    """The lines, whole, and the first that is not blank ("" if none)."""
+    head = []
+    for line in lines:
+        head.append(line)
+        if line.strip():
+            return chain(head, lines), line
+    return iter(head), ""
 
 
 def _line_rows(path, lines, kind, labels) -> Iterator[tuple[int, Callable[[], Parsed]]]:
@@ -79,7 +94,7 @@ def _line_rows(path, lines, kind, labels) -> Iterator[tuple[int, Callable[[], Pa
 
 
 def _line(raw: str, path: str, line: int, kind: str, labels: bool) -> Parsed:
-    if kind == "text" and not raw.lstrip("\ufeff").lstrip().startswith("{"):
+    if kind == "lines":
         return Parsed([Annotated(_text(raw.strip(), path, line, None), (), (), path)])
     obj = parse_json(raw, path, line)
     if not isinstance(obj, dict):
