@@ -1,7 +1,7 @@
 """From the span model's scores to answers: every candidate span whose best class is an entity
 type is a mention, at most ``MAX_MENTIONS`` a sentence by score; where the model decodes flat
-(no training sentence had overlapping mentions), a mention that overlaps a better-scoring one is
-dropped, else nested and overlapping ones are kept. Every ordered pair of mentions is scored, and
+(``extract.overlap``, resolved when it was trained), a mention that overlaps a better-scoring one
+is dropped, else nested and overlapping ones are kept. Every ordered pair of mentions is scored, and
 each relation whose probability reaches its threshold (the model's ``thresholds``) is an answer
 (several on one pair, or none). Scoring the validation split may first choose those thresholds
 (``extract.tune_thresholds``)."""
@@ -61,9 +61,8 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
                     pairs, pair_probs, dataset.entity_types, dataset.relation_names, thresholds)
 
 
-def _above(answer: Answer, relations: list[str], thresholds: np.ndarray) -> Answer:
+def _above(answer: Answer, at: dict[str, float]) -> Answer:
     """The answer with only the relations whose score reaches their relation's threshold."""
-    at = {name: float(t) for name, t in zip(relations, thresholds)}
     keep = [i for i, (link, p) in enumerate(zip(answer.sentence.relations, answer.relation_scores))
             if p >= at[link.type]]
     sentence = replace(answer.sentence, relations=tuple(answer.sentence.relations[i] for i in keep))
@@ -143,7 +142,8 @@ def evaluate_spans(model, dataset, batch_size: int, ctx, progress: bool = False,
                                  [a.relation_scores for a in answers], dataset.relation_names,
                                  THRESHOLDS, dataset.symmetric)
         model.thresholds.copy_(torch.from_numpy(chosen))
-        answers = [_above(a, dataset.relation_names, chosen) for a in answers]
+        at = {name: float(t) for name, t in zip(dataset.relation_names, chosen)}
+        answers = [_above(a, at) for a in answers]
     else:
         answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc)
     metrics = extraction_metrics(dataset.sentences, [a.sentence for a in answers],

@@ -91,7 +91,7 @@ class Extractor:
     def answer(self, sentences: list[Annotated], top_k: int = 1) -> list[dict]:
         """The answers as JSON objects, in order: what the server's batcher calls (``top_k``:
         the classification predictor's, unused here)."""
-        return [sentence_json(a.sentence, a) for a in self.answers(sentences)]
+        return list(self.extract_rows(sentences))
 
     def extract(self, text: str) -> dict:
         """One sentence's entities and relations: ``{"text", "entities", "relations"}``."""

@@ -36,9 +36,10 @@ class Parsed:
     examples: int  # what the model predicts: every pair of a sentence's entities
 
 
-def parse_items(body: bytes, limits: Limits) -> Parsed:
-    """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
-    from reltrain.data.rows import example, parse_json
+def _objects(body: bytes, limits: Limits, noun: str) -> tuple[list, bool]:
+    """The body's JSON value as a list of what it holds, and whether it was a list (the answer
+    then is one too); at least one and at most ``limits.max_items`` of them."""
+    from reltrain.data.rows import parse_json
 
     try:
         obj = parse_json(body.decode("utf-8"), "body")
@@ -49,10 +50,18 @@ def parse_items(body: bytes, limits: Limits) -> Parsed:
     many = isinstance(obj, list)
     objs = obj if many else [obj]
     if not objs:
-        raise BadRequest(422, "an empty list: send at least one example", "body")
+        raise BadRequest(422, f"an empty list: send at least one {noun}", "body")
     if len(objs) > limits.max_items:
-        raise BadRequest(413, f"{len(objs)} examples in one request; at most {limits.max_items}",
+        raise BadRequest(413, f"{len(objs)} {noun}s in one request; at most {limits.max_items}",
                          "body")
+    return objs, many
+
+
+def parse_items(body: bytes, limits: Limits) -> Parsed:
+    """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
+    from reltrain.data.rows import example
+
+    objs, many = _objects(body, limits, "example")
     items, count, chars = [], 0, 0
     for i, one in enumerate(objs):
         where = f"[{i}]" if many else ""
@@ -82,22 +91,10 @@ def parse_texts(body: bytes, limits: Limits) -> Parsed:
     """The sentences of a request to an extraction model: ``{"text", "id"?}`` or a list of them.
     Each sentence's pairs are at most the 30 best mentions' (evaluation/span_decode.py), so the
     sentence count bounds the pairs before any is built."""
-    from reltrain.data.rows import parse_json
+    from reltrain.data.rows import row_id
     from reltrain.data.schema import Annotated
 
-    try:
-        obj = parse_json(body.decode("utf-8"), "body")
-    except UnicodeDecodeError:
-        raise BadRequest(400, "the body is not UTF-8 text", "body") from None
-    except DataError as exc:
-        raise BadRequest(400, f"the body is not JSON text: {exc.reason}", "body") from None
-    many = isinstance(obj, list)
-    objs = obj if many else [obj]
-    if not objs:
-        raise BadRequest(422, "an empty list: send at least one sentence", "body")
-    if len(objs) > limits.max_items:
-        raise BadRequest(413, f"{len(objs)} sentences in one request; at most {limits.max_items}",
-                         "body")
+    objs, many = _objects(body, limits, "sentence")
     items, chars = [], 0
     for i, one in enumerate(objs):
         where = f"[{i}]" if many else ""
@@ -108,7 +105,7 @@ def parse_texts(body: bytes, limits: Limits) -> Parsed:
         if unknown:
             raise BadRequest(422, f"unknown key '{unknown[0][:60]}'; an extraction model takes "
                                   f"text and id", f"{where}.{unknown[0][:60]}".lstrip("."))
-        text, ident = one.get("text"), one.get("id")
+        text = one.get("text")
         if not isinstance(text, str) or not text.strip():
             raise BadRequest(422, "expected a non-empty string", f"{where}.text".lstrip("."))
         if len(text) > limits.max_text_chars:
@@ -118,10 +115,10 @@ def parse_texts(body: bytes, limits: Limits) -> Parsed:
         if chars > limits.max_request_chars:
             raise BadRequest(413, f"more than {limits.max_request_chars} characters of text",
                              "body")
-        if ident is not None and not (isinstance(ident, int) and not isinstance(ident, bool)
-                                      or isinstance(ident, str) and 0 < len(ident) <= 200):
-            raise BadRequest(422, "expected a string of at most 200 characters or an integer",
-                             f"{where}.id".lstrip("."))
+        try:
+            ident = row_id("request", None, one.get("id"))
+        except DataError as exc:
+            raise BadRequest(422, exc.reason, f"{where}.id".lstrip(".")) from None
         items.append(Annotated(text, (), (), "request", id=ident))
     return Parsed(items, many, len(items))
 
