@@ -256,6 +256,21 @@ def test_the_report_shows_figures_per_type_and_the_wrong_sentences(one, tmp_path
     assert dom.count('data-kind="missed"') == missed
 
 
+def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    folder = tmp_path / "tampered"
+    shutil.copytree(one / "checkpoints/best", folder)
+    weights = weights_of(folder)
+    assert weights["thresholds"].shape == (3,)  # one a relation, kept with the weights
+    weights["thresholds"] = torch.zeros(10**6)
+    save_file(weights, str(folder / "model.safetensors"))
+    line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
+    assert "weights do not fit this extraction model (thresholds" in line
+
+
 def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line

@@ -189,3 +189,47 @@ def test_inspect_reports_an_extraction_file(tmp_path, capsys):
     assert main(["inspect", train, "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["task"] == "extract" and report["splits"]["train"]["bad_rows"] == 1
+
+
+def test_an_extraction_request_is_bounded_and_checked_before_the_model():
+    from reltrain.inference.requests import BadRequest, Limits, parse_texts
+
+    limits = Limits(max_items=2, max_text_chars=20, max_request_chars=30)
+
+    def refused(body) -> tuple:
+        raw = body if isinstance(body, bytes) else json.dumps(body).encode()
+        with pytest.raises(BadRequest) as caught:
+            parse_texts(raw, limits)
+        return caught.value.status, caught.value.field
+
+    parsed = parse_texts(json.dumps([{"text": "Ann works .", "id": 4}]).encode(), limits)
+    assert parsed.many and [(s.text, s.id) for s in parsed.items] == [("Ann works .", 4)]
+    assert refused(b"\xff\xfe") == (400, "body")
+    assert refused(b'{"text": ') == (400, "body")
+    assert refused([]) == (422, "body")
+    assert refused([{"text": "a"}] * 3) == (413, "body")  # more sentences than --max-items
+    assert refused({"text": "x" * 21}) == (422, "text")
+    assert refused([{"text": "x" * 20}, {"text": "y" * 20}]) == (413, "body")  # 40 > 30 chars
+    assert refused(["Ann works ."]) == (422, "[0]")
+    assert refused({"text": "Ann", "entities": []}) == (422, "entities")
+    assert refused({"text": "Ann", "id": "a\u0000b"}) == (422, "id")  # as every reader's ids
+    assert refused({"text": "Ann", "id": True}) == (422, "id")
+
+
+def test_a_damaged_test_predictions_file_leaves_its_bad_rows_out_of_the_report(tmp_path):
+    from reltrain.data.answers import sentence_json
+    from reltrain.evaluation.runs import _extraction_answers
+
+    good = sentence_json(GOLD)
+    missed = {**good, "relations": good["relations"][:1]}
+    rows = [json.dumps({"gold": good, "answer": good}),  # right: not shown
+            json.dumps({"gold": good, "answer": missed}),  # one relation missed: shown
+            json.dumps({"gold": good, "answer": {**good, "relations": [{"head": 9, "tail": 0}]}}),
+            json.dumps({"gold": good, "answer": {**good, "entities": "none"}}),
+            json.dumps({"gold": [], "answer": good}), "{not json", json.dumps(["a list"])]
+    (tmp_path / "test_predictions.jsonl").write_text("\n".join(rows) + "\n")
+    view = _extraction_answers(tmp_path)
+    assert (view["rows"], view["wrong"]) == (5, 1)  # objects read; the damaged ones left out
+    [shown] = view["sentences"]
+    assert shown["row"] == 1 and shown["spurious"] == []
+    assert shown["missed"] == [["Acme Corp", "Org", "OrgBased_In", "Paris", "Loc"]]
