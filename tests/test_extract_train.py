@@ -228,6 +228,28 @@ def test_with_no_data_it_trains_on_the_bundled_example(tmp_path, capsys):
     assert (out / "checkpoints/best/model.safetensors").is_file()
 
 
+def test_a_tagger_trains_predicts_and_loads_as_the_span_model_does(tmp_path, capsys):
+    """extract.mentions=tags, the second design (docs/extraction.md): trained on the bundled
+    example, its folder answers --text and reltrain.load alike, and the log says tagged."""
+    import reltrain
+
+    out = tmp_path / "tags"
+    assert main(["train", "task=extract", "extract.mentions=tags", "train.epochs=5",
+                 "log.progress=false", f"output_dir={out}"]) == 0
+    assert "mentions decoded flat (tagged)" in (out / "train.log").read_text()
+    test = json.loads((out / "summary.json").read_text())["test"]
+    assert test["entities_f1"] > 0.9 and test["relations_strict_f1"] > 0.6
+    text = "Hugo Moreau has been the spouse of Jonas Abara for years ."
+    capsys.readouterr()
+    assert main(["predict", str(out), "--text", text]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert answer == reltrain.load(str(out)).extract(text)
+    assert {(e["text"], e["type"]) for e in answer["entities"]} == {("Hugo Moreau", "person"),
+                                                                     ("Jonas Abara", "person")}
+    assert json.loads((out / "checkpoints/best/config.json").read_text())[
+        "reltrain_config"]["extract"]["mentions"] == "tags"
+
+
 def test_the_report_shows_figures_per_type_and_the_wrong_sentences(one, tmp_path):
     """The run's report.html: test figures of extraction, per entity type and per relation, and
     the test sentences with a missed or spurious relation (the same ones runs_view finds)."""

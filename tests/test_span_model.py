@@ -15,7 +15,7 @@ from reltrain.data.spans import SpanDataset, SpanEncoder, candidate_spans, colla
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
-from reltrain.evaluation.span_decode import _without_overlaps, decode
+from reltrain.evaluation.span_decode import _without_overlaps, decode, tagged_mentions
 from reltrain.models.spans import RangeMax, SpanRelationModel, WordEncoder, span_loss
 
 TYPES, RELATIONS = ["Org", "Peop"], ["Kill", "Work_For"]
@@ -33,10 +33,10 @@ def sentences() -> list[Annotated]:
                 [(0, 1, "Work_For")])]
 
 
-def encoder(data) -> tuple[SpanEncoder, Vocab]:
+def encoder(data, tags: bool = False) -> tuple[SpanEncoder, Vocab]:
     tokenizer = Tokenizer("word")
     vocab = Vocab.build([[p[0] for p in tokenizer.pieces(s.text, set())] for s in data], 1)
-    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode), vocab
+    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags), vocab
 
 
 def test_range_max_is_the_plain_max():
@@ -51,29 +51,76 @@ def test_range_max_is_the_plain_max():
     assert candidate_spans(4, 2).tolist() == [[0, 1], [0, 2], [1, 2], [1, 3], [2, 3], [2, 4], [3, 4]]
 
 
-def test_the_loss_of_a_batch_is_the_sum_of_its_parts():
+def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
     data = sentences()
     enc, vocab = encoder(data)
+    torch.manual_seed(0)
+    model = SpanRelationModel(WordEncoder(len(vocab), 8, 6, 1, 0.0), 6, len(TYPES),
+                              len(RELATIONS), 3).eval()
+    batch = collate_spans([enc(s) for s in data], list(range(len(data))), 0, len(RELATIONS))
+    with torch.no_grad():
+        states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask)
+        reps, _ = model.span_reps(states, batch.unit_mask, batch.span_batch, batch.spans)
+        expected = model.span_classifier(reps)
+        got = model.span_logits(states, batch.span_batch, batch.spans)
+    assert got.shape == expected.shape == (len(batch.spans), len(TYPES) + 1)
+    assert set((batch.spans[:, 1] - batch.spans[:, 0]).tolist()) == {1, 2, 3}
+    torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("tags", [False, True], ids=["spans", "tags"])
+def test_the_loss_of_a_batch_is_the_sum_of_its_parts(tags):
+    data = sentences()
+    enc, vocab = encoder(data, tags)
     examples = [enc(s) for s in data]
     torch.manual_seed(0)
-    model = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS), 3)
+    model = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS), 3,
+                              tags=tags)
+    noise = torch.tensor([11, 12, 13, 14])  # each example's dropout seed, wherever it runs
 
     def loss(idx):
         batch = collate_spans([examples[i] for i in idx], idx, 0, len(RELATIONS))
-        return span_loss(*model(**batch.inputs()), batch, len(data))
+        return span_loss(*model(**batch.inputs(), noise=noise[idx]), batch, len(data))
 
     whole, parts = loss([0, 1, 2, 3]), loss([0, 2]) + loss([1, 3])
     torch.testing.assert_close(whole, parts, rtol=1e-6, atol=1e-7)
 
 
-def test_trained_on_a_few_sentences_it_answers_them_back():
+def test_a_tagger_s_mentions_are_its_runs_of_tags():
+    # types 1 and 2: tag 1 / 3 a first unit, 2 / 4 a later one; 0 outside
+    rows = [[1, 2, 2, 0, 3, 1, 2], [2, 2, 4, 0, 0, 0, 3]]
+    logits = torch.nn.functional.one_hot(torch.tensor(rows), 5).float() * 10
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    mask[1, 6] = False  # padding is never a mention
+    owner, spans, score, kind = tagged_mentions(logits, mask)
+    assert owner.tolist() == [0, 0, 0, 1, 1]
+    assert spans.tolist() == [[0, 3], [4, 5], [5, 7], [0, 2], [2, 3]]
+    assert kind.tolist() == [1, 2, 1, 1, 2]
+    assert all(0.99 < x <= 1 for x in score.tolist())
+    empty = tagged_mentions(torch.zeros(1, 3, 5).index_fill_(2, torch.tensor([0]), 9.0),
+                            torch.ones(1, 3, dtype=torch.bool))
+    assert [len(x) for x in empty] == [0, 0, 0, 0]
+
+
+def test_a_tagger_keeps_the_longest_of_overlapping_gold_mentions():
+    text = "Acme Corp Paris office"
+    nested = Annotated(text, (Span(0, 4, "Org"), Span(0, 9, "Org"), Span(10, 15, "Peop")), (), "t")
+    enc, _ = encoder([nested], tags=True)
+    example = enc(nested)
+    assert example.tags.tolist() == [1, 2, 3, 0] and example.lost == 1
+    assert example.spans.tolist() == [[0, 1], [0, 2], [2, 3]]  # every gold mention pairs
+    assert enc(nested, labelled=False).spans.shape == (0, 2)
+
+
+@pytest.mark.parametrize("tags", [False, True], ids=["spans", "tags"])
+def test_trained_on_a_few_sentences_it_answers_them_back(tags):
     data = sentences()
-    enc, vocab = encoder(data)
+    enc, vocab = encoder(data, tags)
     examples = [enc(s) for s in data]
     assert examples[1].pair_labels.sum() == 2 and all(x.lost == 0 for x in examples)
     torch.manual_seed(0)
     model = SpanRelationModel(WordEncoder(len(vocab), 16, 32, 1, 0.0), 32, len(TYPES),
-                              len(RELATIONS), 3, dropout=0.0)
+                              len(RELATIONS), 3, dropout=0.0, tags=tags)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     batch = collate_spans(examples, list(range(len(data))), 0, len(RELATIONS))
     for _ in range(150):
@@ -81,8 +128,9 @@ def test_trained_on_a_few_sentences_it_answers_them_back():
         span_loss(*model(**batch.inputs()), batch, len(data)).backward()
         optimizer.step()
     model.eval()
-    dataset = SpanDataset(examples, data, 0, TYPES, RELATIONS, flat=True)
-    answers = decode(model, dataset, list(range(len(data))), batch)
+    plain = [enc(s, labelled=False) for s in data]  # as prediction reads them
+    dataset = SpanDataset(plain, data, 0, TYPES, RELATIONS, flat=True)
+    answers = decode(model, dataset, list(range(len(data))), dataset.batch(range(len(data))))
     metrics = extraction_metrics(data, [a.sentence for a in answers])
     assert metrics["entities_f1"] == 1.0 and metrics["relations_strict_f1"] == 1.0
     second = answers[1]

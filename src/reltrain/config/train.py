@@ -233,6 +233,11 @@ class ExtractConfig:
                                 "is dropped), nested (kept) or auto (nested where a fifth or "
                                 "more of the training sentences have overlapping mentions; the "
                                 "model folder keeps the choice)", ("auto", "flat", "nested"))
+    mentions: str = _opt("spans", "task=extract: how mentions are found: spans (every span of at "
+                                  "most max_width units is classified; SpERT's) or tags (each "
+                                  "unit is tagged as the first or a later unit of a mention of a "
+                                  "type, or outside: flat, any width, several times faster)",
+                         ("spans", "tags"))
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
 

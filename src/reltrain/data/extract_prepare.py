@@ -51,7 +51,8 @@ def span_encoder(cfg, entity_types, relations, vocab=None, lm=None) -> SpanEncod
     to_ids = None if lm is not None else (partial(lowercase_ids, vocab) if cfg.data.lowercase
                                           else vocab.encode)
     return SpanEncoder(unit_tokenizer(cfg.data), entity_types, relations, cfg.extract.max_width,
-                       cfg.data.max_len, to_ids=to_ids, lm=lm)
+                       cfg.data.max_len, to_ids=to_ids, lm=lm,
+                       tags=cfg.extract.mentions == "tags")
 
 
 def prepare_spans(cfg) -> PreparedSpans:
@@ -79,7 +80,9 @@ def prepare_spans(cfg) -> PreparedSpans:
                  else [t.lower() if cfg.data.lowercase else t for t in s.tokens] for s in train)
         vocab = Vocab.build(words, cfg.data.min_freq)
     encode = span_encoder(cfg, types, relations, vocab, lm)
-    overlap = resolve_overlap(cfg.extract.overlap, train)
+    # a tagger's mentions cannot overlap
+    overlap = ("flat" if cfg.extract.mentions == "tags"
+               else resolve_overlap(cfg.extract.overlap, train))
     sets, lost = {}, {}
     pad = lm.pad_id if lm is not None else 0
     for split, data in sentences.items():
@@ -89,7 +92,7 @@ def prepare_spans(cfg) -> PreparedSpans:
                                   tune=split == "valid" and cfg.extract.tune_thresholds)
     meta = {"rows": {k: len(v) for k, v in sentences.items()}, "skipped": skipped,
             "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train),
-            "overlap": overlap}
+            "overlap": overlap, "tags": cfg.extract.mentions == "tags"}
     return PreparedSpans(relations, types, sets, vocab, lm, _key(files, cfg), meta)
 
 
@@ -135,5 +138,6 @@ def _key(files: dict, cfg) -> str:
                 digest.update(block)
     d = cfg.data
     digest.update(repr((d.language, d.tokenizer, d.lowercase, d.max_len, d.min_freq,
-                        cfg.extract.max_width, Path(cfg.model.lm.pretrained).name)).encode())
+                        cfg.extract.max_width, cfg.extract.mentions,
+                        Path(cfg.model.lm.pretrained).name)).encode())
     return digest.hexdigest()[:16]

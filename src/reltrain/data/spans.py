@@ -25,6 +25,8 @@ class SpanExample:
     pairs: np.ndarray  # (P, 2) indices into spans: every ordered pair of gold entities
     pair_labels: np.ndarray  # (P, R) 1 where the relation holds
     lost: int = 0  # gold entities no candidate span is (off unit edges, wider than W, cut off)
+    tags: np.ndarray | None = None  # (U,) with extract.mentions=tags: 0 outside, 2t-1 / 2t
+    # the first / a later unit of a mention of type t (from 1); -100 where a sentence is unlabelled
 
 
 class SpanEncoder:
@@ -32,8 +34,10 @@ class SpanEncoder:
     tokens), ids from ``to_ids`` (a vocabulary) or from ``lm`` (a pretrained tokenizer)."""
 
     def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
-                 max_width: int, max_units: int, to_ids=None, lm=None):
+                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False):
         self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
+        # tags: the units are tagged, and the only spans are the gold mentions (for their pairs)
+        self.tags = tags
         self.types = {t: i + 1 for i, t in enumerate(entity_types)}
         self.relations = {r: i for i, r in enumerate(relations)}
         self.max_width, self.max_units = max_width, max_units
@@ -53,13 +57,24 @@ class SpanEncoder:
         ids, first = self._ids(sentence.text, pieces)
         pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
         units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
-        spans = candidate_spans(len(pieces), self.max_width)
-        # where each gold span sits among the candidates: built only for a labelled sentence
-        # (0.66 s of 0.80 s encoding 600 DuIE sentences when it was built for every one)
-        at = ({(s, e): k for k, (s, e) in enumerate(spans.tolist())}
-              if labelled and sentence.entities else {})
+        if not (labelled and sentence.entities):
+            spans = (np.zeros((0, 2), dtype=np.int64) if self.tags
+                     else candidate_spans(len(pieces), self.max_width))
+            tags = np.full(len(units), -100 if not labelled else 0, dtype=np.int64)
+            return SpanExample(ids, first, units, spans, np.zeros(len(spans), dtype=np.int64),
+                               np.zeros((0, 2), dtype=np.int64),
+                               np.zeros((0, len(self.relations)), dtype=np.float32), 0,
+                               tags if self.tags else None)
         starts = {s: i for i, (_, s, _) in enumerate(pieces)}
         ends = {e: i + 1 for i, (_, _, e) in enumerate(pieces)}
+        if self.tags:
+            spans = np.array(sorted({(starts[e.start], ends[e.end]) for e in sentence.entities
+                                     if e.start in starts and e.end in ends}),
+                             dtype=np.int64).reshape(-1, 2)
+        else:
+            spans = candidate_spans(len(pieces), self.max_width)
+        # where each gold span sits among the spans
+        at = {(s, e): k for k, (s, e) in enumerate(spans.tolist())}
         span_labels = np.zeros(len(spans), dtype=np.int64)
         gold, lost = [], 0
         for ent in sentence.entities if labelled else ():
@@ -79,7 +94,11 @@ class SpanEncoder:
             i = row.get((gold[link.head], gold[link.tail]))
             if i is not None and link.type in self.relations:
                 pair_labels[i, self.relations[link.type]] = 1.0
-        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost)
+        tags = None
+        if self.tags:
+            tags, untagged = unit_tags(len(units), spans, span_labels)
+            lost += untagged
+        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost, tags)
 
     def _ids(self, text: str, pieces) -> tuple[np.ndarray, np.ndarray]:
         if self.lm is None:
@@ -97,6 +116,20 @@ class SpanEncoder:
         last = int(first[-1]) + 1 if len(first) else 0
         ids = np.array(prefix + list(enc["input_ids"][:last]) + suffix, dtype=np.int64)
         return ids, first + len(prefix)
+
+
+def unit_tags(units: int, spans: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, int]:
+    """(U,) each unit's tag from the typed gold spans (0 outside, 2t-1 the first unit of a
+    mention of type t, 2t the rest), longest mention first where they overlap, and how many
+    mentions could not be tagged (they overlap a longer one)."""
+    tags, lost = np.zeros(units, dtype=np.int64), 0
+    for k in sorted(range(len(spans)), key=lambda k: (spans[k, 0] - spans[k, 1], spans[k, 0])):
+        s, e = spans[k]
+        if labels[k] == 0 or tags[s:e].any():
+            lost += labels[k] > 0
+            continue
+        tags[s], tags[s + 1:e] = 2 * labels[k] - 1, 2 * labels[k]
+    return tags, int(lost)
 
 
 def candidate_spans(units: int, max_width: int) -> np.ndarray:
@@ -119,6 +152,7 @@ class SpanBatch:
     pairs: torch.Tensor  # (M, 2) indices into the N spans
     pair_labels: torch.Tensor  # (M, R)
     index: torch.Tensor  # (B,) position of each example in its split
+    tags: torch.Tensor  # (B, U) the units' tags (extract.mentions=tags), -100 where none
 
     def inputs(self) -> dict[str, torch.Tensor]:
         return {"ids": self.ids, "mask": self.mask, "first": self.first,
@@ -145,6 +179,10 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
         first[i, :len(x.first)] = x.first
     lengths = np.array([len(x.ids) for x in examples])
     units = np.array([len(x.first) for x in examples])
+    tags = np.full((b, u), -100, dtype=np.int64)
+    for i, x in enumerate(examples):
+        if x.tags is not None:
+            tags[i, :len(x.tags)] = x.tags
     offsets = np.cumsum([0] + [len(x.spans) for x in examples])[:-1]
     pairs = [x.pairs + off for x, off in zip(examples, offsets)]
     return SpanBatch(
@@ -155,7 +193,7 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
         torch.from_numpy(cat([x.span_labels for x in examples], (0,), np.int64)),
         torch.from_numpy(cat(pairs, (0, 2), np.int64)),
         torch.from_numpy(cat([x.pair_labels for x in examples], (0, relations), np.float32)),
-        torch.tensor(index, dtype=torch.int64))
+        torch.tensor(index, dtype=torch.int64), torch.from_numpy(tags))
 
 
 def cat(parts: list, shape: tuple, dtype) -> np.ndarray:

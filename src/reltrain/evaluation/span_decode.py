@@ -38,26 +38,41 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     device = batch.ids.device
     with (precision or FP32).autocast(device):
         states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask)
-        reps, table = model.span_reps(states, batch.unit_mask, batch.span_batch, batch.spans)
-        probs = torch.softmax(model.span_classifier(reps).float(), -1)
-    score, kind = probs.max(-1)
+        logits = (model.tagger(states) if model.tags
+                  else model.span_logits(states, batch.span_batch, batch.spans))
+    if model.tags:
+        span_batch, spans, score, kind = tagged_mentions(logits.float(), batch.unit_mask)
+    else:
+        span_batch, spans = batch.span_batch, batch.spans
+        score, kind = torch.softmax(logits.float(), -1).max(-1)
     examples = [dataset.examples[i] for i in indices]
+    # the entity spans by example, best first within each: one sort for the batch
+    mentions = torch.nonzero(kind > 0).flatten()
+    mentions = mentions[torch.argsort(score[mentions], descending=True, stable=True)]
+    mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
+    counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
     chosen = []  # per example: indices into the batch's spans
-    for b in range(len(examples)):
-        mine = torch.nonzero((batch.span_batch == b) & (kind > 0)).flatten()
-        order = mine[torch.argsort(score[mine], descending=True, stable=True)]
+    for order in torch.split(mentions, counts):
         if dataset.flat:
-            order = _without_overlaps(order, batch.spans)
+            order = _without_overlaps(order, spans)
         chosen.append(torch.sort(order[:MAX_MENTIONS]).values)
-    pairs = [torch.cartesian_prod(c, c) for c in chosen if len(c) > 1]
+    # only the chosen mentions get representations: pairs index them, then the batch's spans
+    kept = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long, device=device)
+    at, pairs = 0, []
+    for c in chosen:
+        local = torch.arange(at, at + len(c), device=device)
+        pairs.append(torch.cartesian_prod(local, local) if len(c) > 1 else local.new_zeros(0, 2))
+        at += len(c)
     pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long, device=device)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     with (precision or FP32).autocast(device):
-        pair_probs = torch.sigmoid(model.pair_logits(reps, table, batch.span_batch, batch.spans,
+        reps, table = model.span_reps(states, batch.unit_mask, span_batch[kept], spans[kept])
+        pair_probs = torch.sigmoid(model.pair_logits(reps, table, span_batch[kept], spans[kept],
                                                      pairs).float())
+    pairs = kept[pairs]
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
-    return _answers(batch, examples, [dataset.sentences[i] for i in indices], chosen, score, kind,
+    return _answers(spans, span_batch, examples, [dataset.sentences[i] for i in indices], chosen, score, kind,
                     pairs, pair_probs, dataset.entity_types, dataset.relation_names, thresholds)
 
 
@@ -79,11 +94,34 @@ def _without_overlaps(order: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
     return order.new_tensor(keep)
 
 
-def _answers(batch, examples, sentences, chosen, score, kind, pairs, pair_probs, entity_types,
-             relations, thresholds) -> list[Answer]:
-    spans, score, kind = batch.spans.cpu().numpy(), score.cpu().numpy(), kind.cpu().numpy()
+def tagged_mentions(logits: torch.Tensor, unit_mask: torch.Tensor):
+    """A tagger's mentions, (N,) example, (N, 2) unit span, (N,) score and (N,) type + 1, from
+    its (B, U, 2E+1) logits: a mention begins at a unit tagged as a first unit, or as a later
+    unit of a type the unit before is not; it runs while the units are later units of its type.
+    Its score is its units' mean tag probability."""
+    probs, tag = torch.softmax(logits, -1).max(-1)
+    tag = tag.masked_fill(~unit_mask, 0)
+    kind = (tag + 1) // 2
+    before = torch.nn.functional.pad(kind, (1, 0))[:, :-1]
+    begins = ((tag % 2 == 1) | (kind != before)) & (tag > 0)
+    width = tag.size(1)
+    inside = torch.nonzero((tag > 0).flatten()).flatten()
+    owner = torch.cumsum(begins.flatten(), 0)[inside] - 1  # the mention of each tagged unit
+    starts = torch.nonzero(begins.flatten()).flatten()
+    n = len(starts)
+    last = torch.zeros(n, dtype=torch.long, device=tag.device).scatter_reduce_(
+        0, owner, inside, "amax", include_self=False)
+    score = torch.zeros(n, device=tag.device).index_add_(0, owner, probs.flatten()[inside])
+    score = score / torch.bincount(owner, minlength=n).clamp(min=1)
+    spans = torch.stack([starts % width, last % width + 1], 1)
+    return starts // width, spans, score, kind.flatten()[starts]
+
+
+def _answers(spans, owner, examples, sentences, chosen, score, kind, pairs, pair_probs,
+             entity_types, relations, thresholds) -> list[Answer]:
+    spans, score, kind = spans.cpu().numpy(), score.cpu().numpy(), kind.cpu().numpy()
     pairs, pair_probs = pairs.cpu().numpy(), pair_probs.cpu().numpy()
-    owner = batch.span_batch.cpu().numpy()
+    owner = owner.cpu().numpy()
     hits = pair_probs >= thresholds[None, :]
     out = []
     for b, (example, sentence) in enumerate(zip(examples, sentences)):

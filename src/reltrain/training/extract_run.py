@@ -42,16 +42,18 @@ def describe(prepared: PreparedSpans) -> None:
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d; mentions "
-             "decoded %s", rows, len(prepared.entity_types), len(prepared.labels),
-             prepared.vocab_size, meta["overlap"])
+             "decoded %s%s", rows, len(prepared.entity_types), len(prepared.labels),
+             prepared.vocab_size, meta["overlap"], " (tagged)" if meta["tags"] else "")
     for split, reasons in meta["skipped"].items():
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
                         "\n  ".join(reasons[:5]))
     lost = ", ".join(f"{n} in {s}" for s, n in meta["lost_entities"].items() if n)
     if lost:
-        log.info("gold entities no candidate span can be (wider than extract.max_width, off the "
-                 "units' edges or past data.max_len): %s", lost)
+        why = ("inside or across a longer one: a tagger answers one mention a unit" if meta["tags"]
+               else "wider than extract.max_width")
+        log.info("gold entities the model cannot answer (%s, off the units' edges or past "
+                 "data.max_len): %s", why, lost)
 
 
 def write_test_answers(run_dir: Path, dataset, answers) -> None:
