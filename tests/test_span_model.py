@@ -68,6 +68,18 @@ def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
+def test_the_encoder_without_autograd_is_the_packed_one():
+    torch.manual_seed(0)
+    enc = WordEncoder(30, 8, 12, 1, 0.0)
+    ids = torch.randint(1, 30, (4, 9))
+    mask = torch.arange(9)[None] < torch.tensor([[9], [4], [1], [7]])
+    ids = ids * mask
+    packed = enc(ids, mask)  # with autograd: packed, as in training
+    with torch.no_grad():
+        torch.testing.assert_close(enc(ids, mask), packed.detach() * mask[..., None],
+                                   rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("tags", [False, True], ids=["spans", "tags"])
 def test_the_loss_of_a_batch_is_the_sum_of_its_parts(tags):
     data = sentences()

@@ -180,12 +180,35 @@ class WordEncoder(nn.Module):
 
     def forward(self, ids, mask, noise=None):
         x = self.dropout(self.embed.word(ids), noise)
+        if not torch.is_grad_enabled() and self.rnn.num_layers == 1:
+            return self._both_ways(x, mask)
         lengths = mask.sum(1).clamp(min=1).cpu()
         packed = nn.utils.rnn.pack_padded_sequence(x, lengths, batch_first=True,
                                                    enforce_sorted=False)
         out, _ = self.rnn(packed)
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.size(1))
         return out
+
+
+    def _both_ways(self, x, mask) -> torch.Tensor:
+        """The packed result (to rounding) without packing, which cost a quarter of the
+        encoder's time in prediction: each direction runs over the padded batch, the backward
+        one over each sentence reversed within its length, so padding never reaches a unit."""
+        rnn, (b, t, _) = self.rnn, x.shape
+        lengths = mask.sum(1, keepdim=True).clamp(min=1)
+        at = torch.arange(t, device=x.device)[None]
+        back = torch.where(at < lengths, lengths - 1 - at, at)[..., None]  # (B, T, 1)
+        start = x.new_zeros(1, b, rnn.hidden_size)
+
+        def run(inputs, direction: str) -> torch.Tensor:
+            params = [getattr(rnn, f"{name}_l0{direction}")
+                      for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")]
+            return torch.lstm(inputs, (start, start), params, True, 1, 0.0, False, False, True)[0]
+
+        forward = run(x, "")
+        backward = run(x.gather(1, back.expand_as(x)), "_reverse")
+        backward = backward.gather(1, back.expand_as(backward))
+        return torch.cat([forward, backward], -1) * mask[..., None]
 
 
 class PretrainedEncoder(nn.Module):
