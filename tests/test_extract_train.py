@@ -16,7 +16,7 @@ import torch
 
 from reltrain.cli import main
 
-from conftest import ok, read_jsonl, run, run_cli, torchrun, user_error, weights_of
+from conftest import cli_error, ok, read_jsonl, run, run_cli, torchrun, user_error, weights_of
 
 pytestmark = pytest.mark.slow
 
@@ -106,6 +106,22 @@ def test_two_processes_train_and_score_as_one(one, data, tmp_path):
         [r["valid"] for r in read_jsonl(two / "metrics.jsonl")]
 
 
+def test_a_tagger_trains_and_scores_in_two_processes_as_in_one(data, tmp_path):
+    """extract.mentions=tags: its unit dropout and loss are per example, so 2 processes at
+    batch 4 train what one does at 16."""
+    tags = [*BASE, "extract.mentions=tags", "train.epochs=4"]
+    one, two = tmp_path / "one", tmp_path / "two"
+    assert main(["train", *data, *tags, "train.batch_size=16", f"output_dir={one}"]) == 0
+    ok(torchrun(2, "-m", "reltrain", "train", *data, *tags, "train.batch_size=4",
+                f"output_dir={two}"))
+    a, b = weights_of(one / "checkpoints/last"), weights_of(two / "checkpoints/last")
+    assert "tagger.weight" in a
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=0, atol=1e-5, msg=key)
+    sa, sb = (json.loads((d / "summary.json").read_text()) for d in (one, two))
+    assert sa["test"] == sb["test"] and sa["test"]["entities_f1"] > 0
+
+
 def test_the_run_leaves_a_model_folder_and_its_answers(one):
     card = json.loads((one / "checkpoints/best/config.json").read_text())
     assert card["task"] == "extract" and card["entity_types"] == ["Loc", "Org", "Peop"]
@@ -166,6 +182,21 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     assert main(["export", str(one), str(tmp_path / "shared")]) == 0
     assert rounded(reltrain.load(tmp_path / "shared").extract(answer["text"])) == rounded(answer)
     assert "--text needs --head and --tail" not in capsys.readouterr().err
+
+
+def test_a_bad_row_stops_predict_in_one_line_or_is_answered_by_its_error(one, tmp_path, capsys):
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"text": "Ann Lee works for Acme ."}\n{"txt": "no text"}\n'
+                    '{"text": "Bo Park killed Cy Moss ."}\n')
+    out = tmp_path / "out.jsonl"
+    error = cli_error(capsys, "predict", str(one), str(rows), "--output", str(out))
+    assert f"{rows}:2:" in error and not out.exists()
+    assert main(["predict", str(one), str(rows), "--output", str(out), "--skip-bad-rows"]) == 0
+    answers = read_jsonl(out)
+    assert [a.get("text") for a in answers] == ["Ann Lee works for Acme .", None,
+                                                "Bo Park killed Cy Moss ."]
+    assert answers[1]["line"] == 2 and "text" in answers[1]["error"]
+    assert "1 bad row(s)" in capsys.readouterr().err
 
 
 def test_the_server_and_its_demo_page_answer_raw_text(one, tmp_path):

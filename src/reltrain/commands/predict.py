@@ -107,7 +107,7 @@ def _extract(o: PredictOptions, stop: StopRequest) -> int:
     any gold format with its labels ignored) with its entities and relations, in input order;
     under torchrun chunk i is rank i % W's and rank 0 writes them all in order."""
     from reltrain.config.train import DistConfig
-    from reltrain.data.extraction import iter_annotated
+    from reltrain.data.extraction import Parsed, iter_annotated
     from reltrain.data.schema import Annotated
     from reltrain.inference.extractor import CHUNK
     from reltrain.runtime import distributed as D
@@ -119,13 +119,12 @@ def _extract(o: PredictOptions, stop: StopRequest) -> int:
                                   "--devices / torchrun, or give a file")
         extractor = load_predictor(o, ctx)
         if o.data is None:
-            sentences = iter([Annotated(o.text, (), (), "--text")])
+            rows = iter([(0, lambda: Parsed([Annotated(o.text, (), (), "--text")]))])
         else:
             kind = "text" if o.data == STDIN else None
-            sentences = (s for _, build in iter_annotated(o.data, o.encoding, False, kind)
-                         for s in build().sentences)
-        chunks = iter(lambda: list(islice(sentences, CHUNK)), [])
-        mine = (Lines([_JSON.encode(r) for r in extractor.extract_rows(chunk)])
+            rows = iter_annotated(o.data, o.encoding, False, kind)
+        chunks = iter(lambda: list(islice(rows, CHUNK)), [])
+        mine = (_extracted(extractor, _parsed(chunk, o.skip_bad_rows))
                 for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
         lines = _gathered_in_order(mine, ctx)
         if not ctx.is_main:
@@ -300,6 +299,22 @@ def _lines(predictor: Predictor, parsed: list, top_k: int, encoded=None) -> Line
     return Lines([encode({"line": line, "error": str(item)} if isinstance(item, DataError)
                          else next(results)) for line, item in parsed],
                  sum(isinstance(item, DataError) for _, item in parsed))
+
+
+def _extracted(extractor, parsed: list) -> Lines:
+    """The output lines of a chunk of ``(line number, Parsed or DataError)`` rows: each of a
+    row's sentences answered in order (a PURE document holds several), a bad row's error in its
+    place."""
+    from reltrain.runtime.errors import DataError
+
+    answers = extractor.extract_rows([s for item in _good(parsed) for s in item.sentences])
+    lines = []
+    for line, item in parsed:
+        if isinstance(item, DataError):
+            lines.append(_JSON.encode({"line": line, "error": str(item)}))
+        else:
+            lines.extend(_JSON.encode(next(answers)) for _ in item.sentences)
+    return Lines(lines, sum(isinstance(item, DataError) for _, item in parsed))
 
 
 # json.dumps(..., ensure_ascii=False) itself, without making an encoder for every line
