@@ -37,7 +37,8 @@ def sentences() -> list[Annotated]:
 def encoder(data, tags: bool = False) -> tuple[SpanEncoder, Vocab]:
     tokenizer = Tokenizer("word")
     vocab = Vocab.build([[p[0] for p in tokenizer.pieces(s.text, set())] for s in data], 1)
-    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags), vocab
+    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags,
+                       shapes=True), vocab
 
 
 def test_range_max_is_the_plain_max():

@@ -35,10 +35,11 @@ class SpanEncoder:
     tokens), ids from ``to_ids`` (a vocabulary) or from ``lm`` (a pretrained tokenizer)."""
 
     def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
-                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False):
+                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False,
+                 shapes: bool = False):
         self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
         # tags: the units are tagged, and the only spans are the gold mentions (for their pairs)
-        self.tags = tags
+        self.tags, self.shapes = tags, shapes
         self.types = {t: i + 1 for i, t in enumerate(entity_types)}
         self.relations = {r: i for i, r in enumerate(relations)}
         self.max_width, self.max_units = max_width, max_units
@@ -58,7 +59,8 @@ class SpanEncoder:
         ids, first = self._ids(sentence.text, pieces)
         pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
         units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
-        shapes = np.array([unit_shape(p[0]) for p in pieces], dtype=np.int64)
+        shapes = (np.array([unit_shape(p[0]) for p in pieces], dtype=np.int64) if self.shapes
+                  else None)
         if not (labelled and sentence.entities):
             spans = (np.zeros((0, 2), dtype=np.int64) if self.tags
                      else candidate_spans(len(pieces), self.max_width))
