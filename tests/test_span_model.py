@@ -11,13 +11,12 @@ import torch
 
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.extract_prepare import resolve_overlap
-from reltrain.data.spans import (SHAPES, SpanDataset, SpanEncoder, candidate_spans, collate_spans,
-                                 unit_shape)
+from reltrain.data.spans import SpanDataset, SpanEncoder, candidate_spans, collate_spans
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 from reltrain.evaluation.span_decode import _without_overlaps, decode, tagged_mentions
-from reltrain.models.spans import SHAPE_IDS, RangeMax, SpanRelationModel, WordEncoder, span_loss
+from reltrain.models.spans import RangeMax, SpanRelationModel, WordEncoder, span_loss
 
 TYPES, RELATIONS = ["Org", "Peop"], ["Kill", "Work_For"]
 
@@ -37,8 +36,7 @@ def sentences() -> list[Annotated]:
 def encoder(data, tags: bool = False) -> tuple[SpanEncoder, Vocab]:
     tokenizer = Tokenizer("word")
     vocab = Vocab.build([[p[0] for p in tokenizer.pieces(s.text, set())] for s in data], 1)
-    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags,
-                       shapes=True), vocab
+    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags), vocab
 
 
 def test_range_max_is_the_plain_max():
@@ -68,21 +66,6 @@ def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
     assert got.shape == expected.shape == (len(batch.spans), len(TYPES) + 1)
     assert set((batch.spans[:, 1] - batch.spans[:, 0]).tolist()) == {1, 2, 3}
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
-
-
-def test_a_unit_s_shape_is_what_lower_casing_loses():
-    words = ["Acme", "NATO", "I", "works", "1990", "3rd", ",", "北京", "McDonald", "U.S."]
-    assert [unit_shape(w) for w in words] == [1, 2, 1, 3, 4, 4, 5, 5, 1, 2]
-    assert SHAPE_IDS == SHAPES + 1
-    data = sentences()
-    enc, vocab = encoder(data)
-    batch = collate_spans([enc(s) for s in data], list(range(len(data))), 0, len(RELATIONS))
-    assert batch.shapes[0, :3].tolist() == [1, 1, 3] and batch.shapes[2, 3:].eq(0).all()
-    model = SpanRelationModel(WordEncoder(len(vocab), 8, 6, 1, 0.0), 6, len(TYPES),
-                              len(RELATIONS), 3, shape_dim=4).eval()
-    with torch.no_grad():
-        spans, pairs = model(**batch.inputs())
-    assert spans.shape == (len(batch.spans), len(TYPES) + 1) and pairs.shape[-1] == len(RELATIONS)
 
 
 def test_the_encoder_without_autograd_is_the_packed_one():

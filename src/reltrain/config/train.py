@@ -238,10 +238,6 @@ class ExtractConfig:
                                   "unit is tagged as the first or a later unit of a mention of a "
                                   "type, or outside: flat, any width, several times faster)",
                          ("spans", "tags"))
-    shape_dim: int = _opt(0, "task=extract: the width of an embedding of each unit's shape "
-                             "(capitalised, all capitals, lower case, with a digit, other) beside "
-                             "its state, which an uncased encoder no longer sees; 0: none",
-                          bound=Bound(lambda v: 0 <= v <= 256, "between 0 and 256"))
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
 

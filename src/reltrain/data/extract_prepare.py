@@ -52,7 +52,7 @@ def span_encoder(cfg, entity_types, relations, vocab=None, lm=None) -> SpanEncod
                                           else vocab.encode)
     return SpanEncoder(unit_tokenizer(cfg.data), entity_types, relations, cfg.extract.max_width,
                        cfg.data.max_len, to_ids=to_ids, lm=lm,
-                       tags=cfg.extract.mentions == "tags", shapes=cfg.extract.shape_dim > 0)
+                       tags=cfg.extract.mentions == "tags")
 
 
 def prepare_spans(cfg) -> PreparedSpans:
@@ -138,6 +138,6 @@ def _key(files: dict, cfg) -> str:
                 digest.update(block)
     d = cfg.data
     digest.update(repr((d.language, d.tokenizer, d.lowercase, d.max_len, d.min_freq,
-                        cfg.extract.max_width, cfg.extract.mentions, cfg.extract.shape_dim > 0,
+                        cfg.extract.max_width, cfg.extract.mentions,
                         Path(cfg.model.lm.pretrained).name)).encode())
     return digest.hexdigest()[:16]

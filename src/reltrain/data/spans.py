@@ -27,7 +27,6 @@ class SpanExample:
     lost: int = 0  # gold entities no candidate span is (off unit edges, wider than W, cut off)
     tags: np.ndarray | None = None  # (U,) with extract.mentions=tags: 0 outside, 2t-1 / 2t
     # the first / a later unit of a mention of type t (from 1); -100 where a sentence is unlabelled
-    shapes: np.ndarray | None = None  # (U,) each unit's shape (unit_shape), 0 = padding
 
 
 class SpanEncoder:
@@ -35,11 +34,10 @@ class SpanEncoder:
     tokens), ids from ``to_ids`` (a vocabulary) or from ``lm`` (a pretrained tokenizer)."""
 
     def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
-                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False,
-                 shapes: bool = False):
+                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False):
         self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
         # tags: the units are tagged, and the only spans are the gold mentions (for their pairs)
-        self.tags, self.shapes = tags, shapes
+        self.tags = tags
         self.types = {t: i + 1 for i, t in enumerate(entity_types)}
         self.relations = {r: i for i, r in enumerate(relations)}
         self.max_width, self.max_units = max_width, max_units
@@ -59,8 +57,6 @@ class SpanEncoder:
         ids, first = self._ids(sentence.text, pieces)
         pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
         units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
-        shapes = (np.array([unit_shape(p[0]) for p in pieces], dtype=np.int64) if self.shapes
-                  else None)
         if not (labelled and sentence.entities):
             spans = (np.zeros((0, 2), dtype=np.int64) if self.tags
                      else candidate_spans(len(pieces), self.max_width))
@@ -68,7 +64,7 @@ class SpanEncoder:
             return SpanExample(ids, first, units, spans, np.zeros(len(spans), dtype=np.int64),
                                np.zeros((0, 2), dtype=np.int64),
                                np.zeros((0, len(self.relations)), dtype=np.float32), 0,
-                               tags if self.tags else None, shapes)
+                               tags if self.tags else None)
         starts = {s: i for i, (_, s, _) in enumerate(pieces)}
         ends = {e: i + 1 for i, (_, _, e) in enumerate(pieces)}
         if self.tags:
@@ -102,8 +98,7 @@ class SpanEncoder:
         if self.tags:
             tags, untagged = unit_tags(len(units), spans, span_labels)
             lost += untagged
-        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost, tags,
-                           shapes)
+        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost, tags)
 
     def _ids(self, text: str, pieces) -> tuple[np.ndarray, np.ndarray]:
         if self.lm is None:
@@ -121,22 +116,6 @@ class SpanEncoder:
         last = int(first[-1]) + 1 if len(first) else 0
         ids = np.array(prefix + list(enc["input_ids"][:last]) + suffix, dtype=np.int64)
         return ids, first + len(prefix)
-
-
-SHAPES = 5
-
-
-def unit_shape(text: str) -> int:
-    """1 capitalised, 2 all capitals, 3 lower case, 4 with a digit, 5 anything else (punctuation,
-    characters without case): what an uncased encoder no longer sees of a name."""
-    if any(c.isdigit() for c in text):
-        return 4
-    letters = [c for c in text if c.isalpha()]
-    if not letters or not any(c.isupper() or c.islower() for c in letters):
-        return 5
-    if all(c.isupper() for c in letters):
-        return 2 if len(letters) > 1 else 1
-    return 1 if letters[0].isupper() else 3
 
 
 def unit_tags(units: int, spans: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, int]:
@@ -174,12 +153,11 @@ class SpanBatch:
     pair_labels: torch.Tensor  # (M, R)
     index: torch.Tensor  # (B,) position of each example in its split
     tags: torch.Tensor  # (B, U) the units' tags (extract.mentions=tags), -100 where none
-    shapes: torch.Tensor  # (B, U) the units' shapes, 0 = padding
 
     def inputs(self) -> dict[str, torch.Tensor]:
         return {"ids": self.ids, "mask": self.mask, "first": self.first,
                 "unit_mask": self.unit_mask, "span_batch": self.span_batch, "spans": self.spans,
-                "pairs": self.pairs, "shapes": self.shapes}
+                "pairs": self.pairs}
 
     def to(self, device, non_blocking: bool = False) -> "SpanBatch":
         return SpanBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
@@ -202,12 +180,9 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
     lengths = np.array([len(x.ids) for x in examples])
     units = np.array([len(x.first) for x in examples])
     tags = np.full((b, u), -100, dtype=np.int64)
-    shapes = np.zeros((b, u), dtype=np.int64)
     for i, x in enumerate(examples):
         if x.tags is not None:
             tags[i, :len(x.tags)] = x.tags
-        if x.shapes is not None:
-            shapes[i, :len(x.shapes)] = x.shapes[:len(x.first)]
     offsets = np.cumsum([0] + [len(x.spans) for x in examples])[:-1]
     pairs = [x.pairs + off for x, off in zip(examples, offsets)]
     return SpanBatch(
@@ -218,7 +193,7 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
         torch.from_numpy(cat([x.span_labels for x in examples], (0,), np.int64)),
         torch.from_numpy(cat(pairs, (0, 2), np.int64)),
         torch.from_numpy(cat([x.pair_labels for x in examples], (0, relations), np.float32)),
-        torch.tensor(index, dtype=torch.int64), torch.from_numpy(tags), torch.from_numpy(shapes))
+        torch.tensor(index, dtype=torch.int64), torch.from_numpy(tags))
 
 
 def cat(parts: list, shape: tuple, dtype) -> np.ndarray:

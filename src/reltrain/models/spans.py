@@ -14,11 +14,6 @@ import torch.nn.functional as F
 from reltrain.models.dropout import ExampleDropout
 
 
-# data/spans.unit_shape's shapes 1-5 and padding 0 (a test holds the two to agree: data and
-# models are one layer and import neither each other)
-SHAPE_IDS = 6
-
-
 class RangeMax:
     """Max over any unit range [s, e) of each example in two lookups (a sparse table: the max
     of every 2^k units), so spans and the context between two spans cost no loop over them."""
@@ -50,15 +45,12 @@ class RangeMax:
 class SpanRelationModel(nn.Module):
     def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
                  max_width: int, width_dim: int = 25, dropout: float = 0.1,
-                 threshold: float = 0.5, tags: bool = False, shape_dim: int = 0):
+                 threshold: float = 0.5, tags: bool = False):
         super().__init__()
         # Each relation's threshold: saved with the weights, so the checkpoint that validation
         # selected answers with the thresholds validation chose for it.
         self.register_buffer("thresholds", torch.full((num_relations,), threshold))
         self.encoder = encoder  # (ids, mask, noise) -> (B, T, hidden)
-        if shape_dim:  # extract.shape_dim: each unit's shape (data/spans.unit_shape) beside it
-            self.shape = nn.Embedding(SHAPE_IDS, shape_dim, padding_idx=0)
-        hidden += shape_dim
         self.width = nn.Embedding(max_width + 1, width_dim)
         span_dim = 3 * hidden + width_dim
         self.span_dropout = ExampleDropout(dropout, stream=11)
@@ -76,11 +68,9 @@ class SpanRelationModel(nn.Module):
         sparse-update code finds it here."""
         return self.encoder.embed
 
-    def units(self, ids, mask, first, unit_mask, noise=None, shapes=None) -> torch.Tensor:
+    def units(self, ids, mask, first, unit_mask, noise=None) -> torch.Tensor:
         h = self.encoder(ids, mask, noise)  # (B, T, H)
         states = h.gather(1, first.unsqueeze(-1).expand(-1, -1, h.size(-1)))  # (B, U, H)
-        if hasattr(self, "shape"):
-            states = torch.cat([states, self.shape(shapes).to(states.dtype)], -1)
         return states * unit_mask.unsqueeze(-1)
 
     def span_reps(self, states, unit_mask, span_batch, spans) -> tuple[torch.Tensor, RangeMax]:
@@ -127,11 +117,10 @@ class SpanRelationModel(nn.Module):
     def tags(self) -> bool:
         return hasattr(self, "tagger")
 
-    def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None,
-                shapes=None):
+    def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None):
         """(entity logits, pair logits (M, R)) of the given spans and pairs: the entity logits
         are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1)."""
-        states = self.units(ids, mask, first, unit_mask, noise, shapes)
+        states = self.units(ids, mask, first, unit_mask, noise)
         reps, table = self.span_reps(states, unit_mask, span_batch, spans)
         if noise is not None:
             reps = self.span_dropout(reps, noise[span_batch])
@@ -262,5 +251,4 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
     return SpanRelationModel(encoder, encoder.hidden, num_types, num_relations,
                              extract_cfg.max_width, dropout=dropout,
                              threshold=extract_cfg.threshold,
-                             tags=extract_cfg.mentions == "tags",
-                             shape_dim=extract_cfg.shape_dim)
+                             tags=extract_cfg.mentions == "tags")
