@@ -324,6 +324,22 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path)
     assert "weights do not fit this extraction model (thresholds" in line
 
 
+@pytest.mark.parametrize("mentions, expected", [
+    ("tags", "weights do not fit this extraction model"),  # a span model's weights
+    ("crf", "mentions"),  # not a choice of the option
+])
+def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, mentions, expected):
+    import shutil
+
+    folder = tmp_path / "tampered"
+    shutil.copytree(one / "checkpoints/best", folder)
+    card = json.loads((folder / "config.json").read_text())
+    card["reltrain_config"]["extract"]["mentions"] = mentions
+    (folder / "config.json").write_text(json.dumps(card))
+    line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
+    assert expected in line
+
+
 def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line

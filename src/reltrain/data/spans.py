@@ -60,11 +60,11 @@ class SpanEncoder:
         if not (labelled and sentence.entities):
             spans = (np.zeros((0, 2), dtype=np.int64) if self.tags
                      else candidate_spans(len(pieces), self.max_width))
-            tags = np.full(len(units), -100 if not labelled else 0, dtype=np.int64)
+            tags = (np.full(len(units), 0 if labelled else -100, dtype=np.int64) if self.tags
+                    else None)
             return SpanExample(ids, first, units, spans, np.zeros(len(spans), dtype=np.int64),
                                np.zeros((0, 2), dtype=np.int64),
-                               np.zeros((0, len(self.relations)), dtype=np.float32), 0,
-                               tags if self.tags else None)
+                               np.zeros((0, len(self.relations)), dtype=np.float32), 0, tags)
         starts = {s: i for i, (_, s, _) in enumerate(pieces)}
         ends = {e: i + 1 for i, (_, _, e) in enumerate(pieces)}
         if self.tags:

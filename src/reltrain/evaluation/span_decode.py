@@ -52,8 +52,9 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
     counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
     chosen = []  # per example: indices into the batch's spans
+    overlapping = dataset.flat and not model.tags  # a tagger's mentions never overlap
     for order in torch.split(mentions, counts):
-        if dataset.flat:
+        if overlapping:
             order = _without_overlaps(order, spans)
         chosen.append(torch.sort(order[:MAX_MENTIONS]).values)
     # only the chosen mentions get representations: pairs index them, then the batch's spans
@@ -72,8 +73,9 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     pairs = kept[pairs]
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
-    return _answers(spans, span_batch, examples, [dataset.sentences[i] for i in indices], chosen, score, kind,
-                    pairs, pair_probs, dataset.entity_types, dataset.relation_names, thresholds)
+    return _answers(spans, span_batch, examples, [dataset.sentences[i] for i in indices], chosen,
+                    score, kind, pairs, pair_probs, dataset.entity_types,
+                    dataset.relation_names, thresholds)
 
 
 def _above(answer: Answer, at: dict[str, float]) -> Answer:

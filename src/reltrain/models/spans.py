@@ -189,7 +189,6 @@ class WordEncoder(nn.Module):
         out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=ids.size(1))
         return out
 
-
     def _both_ways(self, x, mask) -> torch.Tensor:
         """The packed result (to rounding) without packing, which cost a quarter of the
         encoder's time in prediction: each direction runs over the padded batch, the backward
