@@ -309,7 +309,7 @@ def test_compare_puts_runs_side_by_side(run, small_en, tmp_path, capsys):
     assert main(["compare", str(run), str(other), "--json"]) == 0
     result = json.loads(capsys.readouterr().out)
     first, second = (json.loads((r / "summary.json").read_text())["test"] for r in (run, other))
-    assert result["test"]["positive_micro_f1"] == [first["positive_micro_f1"],
+    assert result["figures"]["positive_micro_f1"] == [first["positive_micro_f1"],
                                                    second["positive_micro_f1"]]
     assert result["per_relation_f1"]["born_in"] == [first["per_class"]["born_in"]["f1"],
                                                     second["per_class"]["born_in"]["f1"]]

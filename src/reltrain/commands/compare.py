@@ -1,5 +1,6 @@
 """``reltrain compare RUN_DIR RUN_DIR...``: runs side by side (evaluation/runs.py): the headline
-test figures (an extraction run's too), F1 per relation with the difference to the first run,
+test figures (a run without a test split: its best epoch's validation ones; an extraction run's
+too), F1 per relation with the difference to the first run,
 and the options in which the runs differ, as a table or JSON."""
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ class CompareOptions:
 def compare_runs(runs: list[str]) -> dict:
     """The comparison as plain data (what ``--json`` prints), from the runs' views."""
     view = runs_view(runs, answers=False)
-    tests = [run["test"] for run in view["runs"]]
+    tests = [run["figures"] for run in view["runs"]]
     # per relation: a classification run's per class, an extraction run's strict per relation
     per_class = [run["per_relation"] if run["task"] == "extract" else run["per_class"]
                  for run in view["runs"]]
@@ -43,8 +44,9 @@ def compare_runs(runs: list[str]) -> dict:
         "runs": [{"run_dir": run["path"], "encoder": run["encoder"],
                   "world_size": run["world_size"], "global_batch_size": run["global_batch_size"],
                   "epochs_run": run["epochs_run"], "best": run["best"]["epoch"],
-                  "negative_label": run["test"].get("negative_label")} for run in view["runs"]],
-        "test": {key: [t.get(key) for t in tests] for key, _ in FIGURES
+                  "split": run["split"], "negative_label": run["figures"].get("negative_label")}
+                 for run in view["runs"]],
+        "figures": {key: [t.get(key) for t in tests] for key, _ in FIGURES
                  if any(isinstance(t.get(key), (int, float)) for t in tests)},
         "per_relation_f1": {name: [(classes.get(name) or {}).get("f1") for classes in per_class]
                             for name in relations},
@@ -64,11 +66,11 @@ def run_compare(options: CompareOptions) -> dict:
     for name, run in zip(names, result["runs"]):
         print(f"{name} {run['run_dir']}: {run['encoder']}, world size {run['world_size']}, "
               f"global batch {run['global_batch_size']}, {run['epochs_run']} epoch(s), best "
-              f"epoch {run['best']}")
-    rows = [(label, result["test"][key]) for key, label in FIGURES if key in result["test"]]
+              f"epoch {run['best']}, figures of its {run['split'] or 'test (none)'} split")
+    rows = [(label, result["figures"][key]) for key, label in FIGURES if key in result["figures"]]
     rows += [(name, values) for name, values in result["per_relation_f1"].items()]
     width = max([display_width(label) for label, _ in rows] + [8]) + 2
-    print((pad("test", width) + "".join(f"{n:>10}" + (" " * 10 if i else "")
+    print((pad("figure", width) + "".join(f"{n:>10}" + (" " * 10 if i else "")
                                         for i, n in enumerate(names))).rstrip())
     for i, (label, values) in enumerate(rows):
         if i == len(rows) - len(result["per_relation_f1"]):

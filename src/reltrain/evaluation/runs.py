@@ -29,25 +29,33 @@ def runs_view(runs: list[str], answers: bool = True) -> dict:
 
 def run_view(path: Path, config: dict, answers: bool = True) -> dict:
     """One run as plain data: what it was, its best epoch, its test figures and per-relation
-    figures, its learning curves and, with ``answers``, the confusion counts and most confident
+    figures (without a test split, its best epoch's validation ones: ``split`` says which),
+    its learning curves and, with ``answers``, the confusion counts and most confident
     mistakes of its test rows; each file read once."""
     summary = _read_json(path / "summary.json")
     history = list(_jsonl(path / "metrics.jsonl", 100_000))
     test = summary.get("test") if isinstance(summary.get("test"), dict) else {}
     best = summary.get("best") if isinstance(summary.get("best"), dict) else {}
+    split = "test" if test else None
+    if not test and isinstance(best.get("valid"), dict) and best["valid"]:
+        # no test split (the shared data has none): the selected epoch's validation figures,
+        # named as such wherever they are shown
+        test, split = best["valid"], "validation"
     task = "extract" if config.get("task") == "extract" else "classify"
     per_kind = {k: test.get(k) if isinstance(test.get(k), dict) else {}
                 for k in ("per_class", "per_entity_type", "per_relation")}
     return {
         "name": path.name or str(path), "path": str(path), "task": task,
         "encoder": config.get("model.name"),
+        "mentions": config.get("extract.mentions") if task == "extract" else None,
         "data": {k: config.get(f"data.{k}") for k in ("train", "valid", "test")},
         "world_size": summary.get("world_size"),
         "global_batch_size": summary.get("global_batch_size"),
         "epochs_run": summary.get("epochs_run"),
         "best": {k: best.get(k) for k in ("metric", "value", "epoch")},
+        "split": split,  # whose figures "figures" and the per-kind ones are
         "seconds": sum(r.get("train_seconds") or 0 for r in history),
-        "test": {k: v for k, v in test.items() if k not in per_kind},
+        "figures": {k: v for k, v in test.items() if k not in per_kind},
         **per_kind,
         "curves": _curves(history),
         **({"answers": (_extraction_answers if task == "extract" else _answers)(path)}
