@@ -1,6 +1,8 @@
 """Extraction over a large corpus (task=extract): sentences a second and peak memory of
-``reltrain predict MODEL corpus.txt``, in one process and in two (``--devices 2``), against jieba
-alone segmenting the same Chinese text on one core, in the same run.
+``reltrain predict MODEL corpus.txt`` run three ways (``--modes``): ``one`` process on every core
+(``--workers 1``), the default (``workers``: one process per core, each predicting whole chunks)
+and ``devices`` (``--devices 2``: two ranks through torch.distributed), against jieba alone
+segmenting the same Chinese text on one core, in the same run.
 
     python bench/extract_corpus.py                                  # trains its own DuIE model
     python bench/extract_corpus.py --zh-model runs/duie --lm-model runs/conll04
@@ -29,6 +31,7 @@ from pathlib import Path
 from deepke_runs import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"
+MODES = {"one": ["--workers", "1"], "workers": [], "devices": ["--devices", "2"]}
 
 
 def texts(path: Path) -> list[str]:
@@ -73,13 +76,12 @@ def train_duie(work: Path, duie: Path, rows: int) -> Path:
     return run
 
 
-def predict(model: Path, corpus: Path, out: Path, devices: int) -> tuple[float, float, float]:
+def predict(model: Path, corpus: Path, out: Path, extra: list[str]) -> tuple[float, float, float]:
     """(sentences/s, peak RSS MB of the main process, of the largest child) of one predict."""
     code = ("import resource, sys, time\nfrom reltrain.cli import main\nt = time.perf_counter()\n"
             "rc = main(sys.argv[1:])\nprint('SECONDS', time.perf_counter() - t)\n"
             "print('RSS', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
             "print('CHILD', resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\nsys.exit(rc)")
-    extra = ["--devices", str(devices)] if devices > 1 else []
     proc = subprocess.run([sys.executable, "-c", code, "predict", str(model), str(corpus),
                            "--output", str(out), "--progress", "false", *extra],
                           capture_output=True, text=True, env={**os.environ, "HF_HUB_OFFLINE": "1"})
@@ -102,16 +104,16 @@ def main() -> None:
     p.add_argument("--train-rows", type=int, default=2000)
     p.add_argument("--lm-model", help="a CoNLL04 MiniLM extraction model (default: none)")
     p.add_argument("--lm-rows", type=int, default=2000)
-    p.add_argument("--devices", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES))
     args = p.parse_args()
     duie = Path(args.duie)
     with tempfile.TemporaryDirectory(prefix="reltrain-extract-") as tmp:
         work = Path(tmp)
         zh_model = Path(args.zh_model) if args.zh_model else train_duie(work, duie, args.train_rows)
         zh = texts(duie / "train.json") + texts(duie / "valid.json")
-        print(f"{os.cpu_count()} cores; procs = predict --devices (1: one process, all cores)",
-              flush=True)
-        print(f"{'corpus':<9}{'rows':>8}{'procs':>7}{'sent/s':>9}{'jieba/s':>9}{'vs jieba':>10}"
+        print(f"{os.cpu_count()} cores; modes: " + "; ".join(
+            f"{m} = predict {' '.join(a) or '(default)'}" for m, a in MODES.items()), flush=True)
+        print(f"{'corpus':<9}{'rows':>8}{'mode':>9}{'sent/s':>9}{'jieba/s':>9}{'vs jieba':>10}"
               f"{'main MB':>9}{'child MB':>10}", flush=True)
         jobs = [("duie", zh_model, n, True) for n in args.rows]
         if args.lm_model:
@@ -121,11 +123,11 @@ def main() -> None:
             source = zh if chinese else texts(Path(args.conll04) / "train.json")
             sentences = write_corpus(source, rows, corpus)
             base = jieba_rate(sentences) if chinese else None
-            for devices in args.devices:
-                rate, rss, child = predict(model, corpus, work / "out.jsonl", devices)
+            for mode in args.modes:
+                rate, rss, child = predict(model, corpus, work / "out.jsonl", MODES[mode])
                 ratio, base_col = ((f"{rate / base:>10.2f}", f"{base:>9.0f}") if base
                                    else (f"{'-':>10}", f"{'-':>9}"))
-                print(f"{name:<9}{rows:>8}{devices:>7}{rate:>9.0f}{base_col}{ratio}{rss:>9.0f}"
+                print(f"{name:<9}{rows:>8}{mode:>9}{rate:>9.0f}{base_col}{ratio}{rss:>9.0f}"
                       f"{child:>10.0f}", flush=True)
 
 

@@ -379,12 +379,45 @@ def test_a_picklable_batch_model_answers_both_tasks(one, tmp_path):
     assert answer["relation"] and answer["head"]["name"] == "Alice Moreau"
 
 
-def test_prediction_under_torchrun_writes_what_one_process_does(one, tmp_path):
+def test_prediction_in_helpers_or_under_torchrun_writes_what_one_process_does(one, tmp_path):
     rng = random.Random(5)
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(sentence(rng)["text"] + "\n" for _ in range(600)))  # 3 chunks
-    ok(run_cli("predict", str(one), str(corpus), "--output", str(tmp_path / "one.jsonl")))
-    ok(torchrun(2, "-m", "reltrain", "predict", str(one), str(corpus), "--output",
+    corpus.write_text("".join(sentence(rng)["text"] + "\n" for _ in range(600)))
+    chunks = ["--chunk-rows", "256"]  # 3 chunks
+    ok(run_cli("predict", str(one), str(corpus), "--workers", "1", *chunks, "--output",
+               str(tmp_path / "one.jsonl")))
+    ok(run_cli("predict", str(one), str(corpus), "--workers", "2", *chunks, "--output",
+               str(tmp_path / "helpers.jsonl")))
+    ok(torchrun(2, "-m", "reltrain", "predict", str(one), str(corpus), *chunks, "--output",
                 str(tmp_path / "two.jsonl")))
-    one_rows, two_rows = (read_jsonl(tmp_path / f"{n}.jsonl") for n in ("one", "two"))
+    one_rows, helper_rows, two_rows = (read_jsonl(tmp_path / f"{n}.jsonl")
+                                       for n in ("one", "helpers", "two"))
     assert len(one_rows) == 600 and one_rows == two_rows
+    # a helper computes on one thread: a score's last digits may differ, no answer does
+    assert [rounded(r) for r in helper_rows] == [rounded(r) for r in one_rows]
+
+
+def test_a_run_without_a_test_split_shows_its_validation_figures(data, tmp_path):
+    """No data.test (the shared data has none): the report and compare show the selected
+    epoch's validation figures, named as such, and say there are no test sentences."""
+    from reltrain.commands.compare import compare_runs
+    from reltrain.evaluation.runs import runs_view
+    from test_report import browser
+
+    out = tmp_path / "run"
+    assert main(["train", *data[:2], *BASE, "train.batch_size=16", "train.epochs=2",
+                 f"output_dir={out}"]) == 0
+    best = json.loads((out / "summary.json").read_text())["best"]
+    view = runs_view([str(out)])["runs"][0]
+    assert view["split"] == "validation" and view["mentions"] == "spans"
+    assert view["figures"]["relations_strict_f1"] == best["valid"]["relations_strict_f1"]
+    assert view["per_entity_type"] == best["valid"]["per_entity_type"]
+    compared = compare_runs([str(out), str(out)])
+    assert [r["split"] for r in compared["runs"]] == ["validation", "validation"]
+    assert compared["figures"]["entities_f1"] == [best["valid"]["entities_f1"]] * 2
+    dom = browser("--virtual-time-budget=10000", "--dump-dom",
+                  (out / "report.html").resolve().as_uri()).stdout
+    assert 'data-rendered="true"' in dom and "Figures (validation)" in dom
+    assert "Per entity type (<span class=\"split\">validation</span>)" in dom
+    assert "bilstm, mentions spans" in dom and "it had no test split" in dom
+    assert "0 of 0" not in dom

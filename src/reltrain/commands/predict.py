@@ -47,16 +47,14 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
         raise UserError("this model labels a given pair: --text needs --head and --tail")
     stop = StopRequest().install()  # to the end: one line, exit 128 + the signal
     try:
-        if extracting:
-            return _extract(o, stop)
-        chunks = _row_chunks(o, stop) if o.data is not None else iter(())
+        chunks = _row_chunks(o, stop, extracting) if o.data is not None else iter(())
         # Standard input is first read after the check that one process reads it (``_predict``).
         first = [] if o.data == STDIN else list(islice(chunks, 2))
         workers = o.workers if o.workers is not None else children.default_workers(local_processes())
         # Started before this process imports torch and loads the model, as they do the same;
         # one chunk is not worth a process that loads the model.
         with pool.start(workers if len(first) > 1 or o.data == STDIN else 1) as helpers:
-            return _predict(o, chain(first, chunks), helpers, stop)
+            return (_extract if extracting else _predict)(o, chain(first, chunks), helpers, stop)
     except Exception:
         stop.check(_STOPPED)  # a collective broke: the other ranks stopped on the same signal
         raise
@@ -102,14 +100,15 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
 _STOPPED = "while predicting; the output is not complete"
 
 
-def _extract(o: PredictOptions, stop: StopRequest) -> int:
+def _extract(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
+             stop: StopRequest) -> int:
     """An extraction model: each sentence (one a line of raw text, JSON lines with ``text``, or
     any gold format with its labels ignored) with its entities and relations, in input order;
-    under torchrun chunk i is rank i % W's and rank 0 writes them all in order."""
+    chunks go to the helpers as classification's do, and under torchrun chunk i is rank
+    i % W's and rank 0 writes them all in order."""
     from reltrain.config.train import DistConfig
-    from reltrain.data.extraction import Parsed, iter_annotated
+    from reltrain.data.extraction import Parsed
     from reltrain.data.schema import Annotated
-    from reltrain.inference.extractor import CHUNK
     from reltrain.runtime import distributed as D
 
     ctx = D.setup(o.device, DistConfig())
@@ -119,14 +118,10 @@ def _extract(o: PredictOptions, stop: StopRequest) -> int:
                                   "--devices / torchrun, or give a file")
         extractor = load_predictor(o, ctx)
         if o.data is None:
-            rows = iter([(0, lambda: Parsed([Annotated(o.text, (), (), "--text")]))])
-        else:
-            kind = "text" if o.data == STDIN else None
-            rows = iter_annotated(o.data, o.encoding, False, kind)
-        chunks = iter(lambda: list(islice(rows, CHUNK)), [])
-        mine = (_extracted(extractor, _parsed(chunk, o.skip_bad_rows))
-                for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
-        lines = _gathered_in_order(mine, ctx)
+            chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
+        mine = (chunk for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
+        lines = _gathered_in_order(_predicted_chunks(extractor, mine, o, helpers, stop,
+                                                     warn=False), ctx)
         if not ctx.is_main:
             for _ in lines:  # joins every round of the gather
                 pass
@@ -196,12 +191,18 @@ def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Li
                 yield p[1]
 
 
-def _row_chunks(o: PredictOptions, stop: StopRequest) -> Iterator[list]:
+def _row_chunks(o: PredictOptions, stop: StopRequest, extracting: bool) -> Iterator[list]:
     """The rows of ``o.data``, ``o.chunk_rows`` at a time, each ``(line, build)``: parsing a row
-    (``build``) is part of a chunk's work, done by whichever process predicts or tokenizes it."""
-    from reltrain.data.readers import iter_rows
+    (``build``) is part of a chunk's work, done by whichever process predicts or tokenizes it.
+    ``extracting``: sentences (raw text, or any gold format with its labels ignored)."""
+    if extracting:
+        from reltrain.data.extraction import iter_annotated
 
-    rows = iter_rows(o.data, require_relation=False, entity_lists=True, encoding=o.encoding)
+        rows = iter_annotated(o.data, o.encoding, False, "text" if o.data == STDIN else None)
+    else:
+        from reltrain.data.readers import iter_rows
+
+        rows = iter_rows(o.data, require_relation=False, entity_lists=True, encoding=o.encoding)
     while chunk := list(islice(rows, o.chunk_rows)):
         stop.check(_STOPPED)
         yield chunk
@@ -284,7 +285,10 @@ def _encode_chunk(predictor: Predictor, chunk: list, skip_bad_rows: bool):
 
 
 def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: bool) -> Lines:
-    return _lines(predictor, _parsed(chunk, skip_bad_rows), top_k)
+    parsed = _parsed(chunk, skip_bad_rows)
+    if predictor.config.task == "extract":
+        return _extracted(predictor, parsed)
+    return _lines(predictor, parsed, top_k)
 
 
 def _lines(predictor: Predictor, parsed: list, top_k: int, encoded=None) -> Lines:

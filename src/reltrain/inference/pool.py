@@ -1,7 +1,7 @@
 """Prediction in fresh helper processes that load the model from its file, results in input order.
 They start before this process loads the model and import torch meanwhile. On a CPU each process,
-this one included, predicts whole chunks; on a GPU the helpers tokenize and this process predicts;
-``lm`` models predict in this process alone."""
+this one included, predicts whole chunks; on a GPU the helpers tokenize and this process predicts
+(an extraction model's, this process alone); ``lm`` models predict in this process alone."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ def mode(predictor, helpers: bool) -> str:
     """``predict`` (whole chunks in helpers), ``encode`` (tokenize in helpers) or ``main``."""
     if not helpers or predictor.config.model.pretrained_encoder:
         return "main"
-    return "predict" if predictor.device.type == "cpu" else "encode"
+    if predictor.device.type == "cpu":
+        return "predict"
+    # an extraction model's units and candidate spans are cheap beside its scoring on a GPU
+    return "main" if predictor.config.task == "extract" else "encode"
 
 
 def _warm() -> None:
