@@ -103,8 +103,9 @@ class PredictOptions(ModelOptions):
                                     "(on a GPU: that tokenize them; default: one per core, at "
                                     "most 8; 0 or 1: this one alone)", kind=int, metavar="N",
                                 bound=NOT_NEGATIVE)
-    chunk_rows: int = opt(4096, "rows read, predicted and written at a time (default 4096)",
-                          metavar="N", bound=AT_LEAST_1)
+    chunk_rows: int | None = opt(None, "rows read, predicted and written at a time (default "
+                                       "4096; an extraction model's 1024)", kind=int,
+                                 metavar="N", bound=AT_LEAST_1)
     devices: int = opt(0, "predict in N local processes through torch.distributed.run (the "
                           "same output as one)", metavar="N", bound=NOT_NEGATIVE)
     skip_bad_rows: bool = opt(False, "go on past invalid rows: a {\"line\", \"error\"} line "
