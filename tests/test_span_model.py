@@ -100,18 +100,53 @@ def test_the_loss_of_a_batch_is_the_sum_of_its_parts(tags):
 
 def test_a_tagger_s_mentions_are_its_runs_of_tags():
     # types 1 and 2: tag 1 / 3 a first unit, 2 / 4 a later one; 0 outside
-    rows = [[1, 2, 2, 0, 3, 1, 2], [2, 2, 4, 0, 0, 0, 3]]
+    rows = [[1, 2, 2, 0, 3, 1, 2], [1, 2, 0, 0, 3, 4, 3]]
     logits = torch.nn.functional.one_hot(torch.tensor(rows), 5).float() * 10
     mask = torch.ones(2, 7, dtype=torch.bool)
     mask[1, 6] = False  # padding is never a mention
     owner, spans, score, kind = tagged_mentions(logits, mask)
     assert owner.tolist() == [0, 0, 0, 1, 1]
-    assert spans.tolist() == [[0, 3], [4, 5], [5, 7], [0, 2], [2, 3]]
+    assert spans.tolist() == [[0, 3], [4, 5], [5, 7], [0, 2], [4, 6]]
     assert kind.tolist() == [1, 2, 1, 1, 2]
     assert all(0.99 < x <= 1 for x in score.tolist())
     empty = tagged_mentions(torch.zeros(1, 3, 5).index_fill_(2, torch.tensor([0]), 9.0),
                             torch.ones(1, 3, dtype=torch.bool))
     assert [len(x) for x in empty] == [0, 0, 0, 0]
+
+
+def test_a_name_whose_units_disagree_is_decoded_whole():
+    """Each unit's best tag alone would break the names: the first unit says type 1, the rest
+    lean to type 2 (a later unit of 2 after a first of 1); a later unit after an outside one.
+    The best sequence that obeys the rule keeps each name whole."""
+    logits = torch.zeros(2, 3, 5)
+    logits[0, 0, 1], logits[0, 0, 3] = 5.0, 3.0  # a first unit: type 1 (type 2 less so)
+    logits[0, 1:, 4], logits[0, 1:, 2] = 5.0, 4.5  # later units: of type 2, nearly of 1
+    logits[1, 0, 0] = logits[1, 2, 0] = 5.0  # outside, then a later unit, then outside
+    logits[1, 1, 2], logits[1, 1, 1] = 5.0, 4.9
+    owner, spans, _, kind = tagged_mentions(logits, torch.ones(2, 3, dtype=torch.bool))
+    assert owner.tolist() == [0, 1] and spans.tolist() == [[0, 3], [1, 2]]
+    assert kind.tolist() == [1, 1]
+
+
+def test_the_tags_are_the_best_sequence_that_obeys_the_rule():
+    from itertools import product
+
+    from reltrain.evaluation.span_decode import best_tags
+
+    def obeys(tags):  # a later unit of type t (tag 2t) only after a unit of type t
+        return all(t == 0 or t % 2 or (p > 0 and (p + 1) // 2 == (t + 1) // 2)
+                   for p, t in zip((0, *tags), tags))
+
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(12):
+        log_probs = torch.log_softmax(torch.randn(3, 5, 5, generator=gen) * 3, -1)
+        lengths = torch.randint(1, 6, (3,), generator=gen).tolist()
+        mask = torch.arange(5)[None] < torch.tensor(lengths)[:, None]
+        got = best_tags(log_probs, mask)
+        for row, n in enumerate(lengths):
+            best = max((q for q in product(range(5), repeat=n) if obeys(q)),
+                       key=lambda q: sum(log_probs[row, i, t].item() for i, t in enumerate(q)))
+            assert got[row, :n].tolist() == list(best) and not got[row, n:].any()
 
 
 def test_a_tagger_keeps_the_longest_of_overlapping_gold_mentions():
