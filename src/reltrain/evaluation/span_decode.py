@@ -125,8 +125,8 @@ def best_tags(log_probs: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
     """(B, U) the most probable tags (Viterbi over the units' own log-probabilities, no learnt
     transitions) among the sequences where every later unit of type t (tag 2t) follows a unit
     of type t. The units' best tags one by one broke a name in pieces where its units disagreed
-    on the type or a middle unit was outside: on DuIE a third of the answered triples held a
-    one-character "mention" such as 乌 of 乌兰图雅, against 8 of 3,862 gold ones. A sentence
+    on the type or a middle unit was outside: on DuIE over a third of the wrong triples held
+    a one-character "mention" such as 乌 of 乌兰图雅 (8 of 3,862 gold mentions are one). A sentence
     whose best tags one by one already obey the rule keeps them (they are then the best
     sequence); the others are decoded together on the CPU, where a step is a few small array
     operations rather than a tensor kernel each."""
