@@ -54,7 +54,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
         # Started before this process imports torch and loads the model, as they do the same;
         # one chunk is not worth a process that loads the model.
         with pool.start(workers if len(first) > 1 or o.data == STDIN else 1) as helpers:
-            return (_extract if extracting else _predict)(o, chain(first, chunks), helpers, stop)
+            return _predict(o, chain(first, chunks), helpers, stop)
     except Exception:
         stop.check(_STOPPED)  # a collective broke: the other ranks stopped on the same signal
         raise
@@ -71,13 +71,21 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
     ctx = D.setup(o.device, DistConfig())
     try:
         predictor = load_predictor(o, ctx)
+        # an extraction model: each sentence (raw text, or any gold format with its labels
+        # ignored) with its entities and relations, through the same chunks and helpers
+        extracting = predictor.config.task == "extract"
         if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
             raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
                                   "--devices / torchrun, or give a file")
-        if o.top_k > len(predictor.labels):
+        if not extracting and o.top_k > len(predictor.labels):
             raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
                                   f"model's relations), not {o.top_k}")
-        if o.data is None:
+        if o.data is None and extracting:  # --text: a chunk of one sentence
+            from reltrain.data.extraction import Parsed
+            from reltrain.data.schema import Annotated
+
+            chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
+        if o.data is None and not extracting:
             record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
             warn_misfit(predictor, [record])
             lines = iter([Lines([_JSON.encode(r) for r in predictor.answer([record], o.top_k)])])
@@ -87,7 +95,8 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
             # process.
             mine = (chunk for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
             lines = _gathered_in_order(_predicted_chunks(predictor, mine, o, helpers, stop,
-                                                         warn=ctx.rank == 0), ctx)
+                                                         warn=ctx.rank == 0 and not extracting),
+                                       ctx)
         if not ctx.is_main:
             for _ in lines:  # joins every round of the gather
                 pass
@@ -98,37 +107,6 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
 
 
 _STOPPED = "while predicting; the output is not complete"
-
-
-def _extract(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
-             stop: StopRequest) -> int:
-    """An extraction model: each sentence (one a line of raw text, JSON lines with ``text``, or
-    any gold format with its labels ignored) with its entities and relations, in input order;
-    chunks go to the helpers as classification's do, and under torchrun chunk i is rank
-    i % W's and rank 0 writes them all in order."""
-    from reltrain.config.train import DistConfig
-    from reltrain.data.extraction import Parsed
-    from reltrain.data.schema import Annotated
-    from reltrain.runtime import distributed as D
-
-    ctx = D.setup(o.device, DistConfig())
-    try:
-        if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
-            raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
-                                  "--devices / torchrun, or give a file")
-        extractor = load_predictor(o, ctx)
-        if o.data is None:
-            chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
-        mine = (chunk for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
-        lines = _gathered_in_order(_predicted_chunks(extractor, mine, o, helpers, stop,
-                                                     warn=False), ctx)
-        if not ctx.is_main:
-            for _ in lines:  # joins every round of the gather
-                pass
-            return 0
-        return _write(lines, o, stop)
-    finally:
-        D.teardown(ctx)
 
 
 def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int:
