@@ -106,8 +106,7 @@ def tagged_mentions(logits: torch.Tensor, unit_mask: torch.Tensor):
     probs = log_probs.gather(-1, tag.unsqueeze(-1)).squeeze(-1).exp()
     tag = tag.masked_fill(~unit_mask, 0)
     kind = (tag + 1) // 2
-    before = torch.nn.functional.pad(kind, (1, 0))[:, :-1]
-    begins = ((tag % 2 == 1) | (kind != before)) & (tag > 0)
+    begins = tag % 2 == 1  # the tags obey the rule: every later unit continues a mention
     width = tag.size(1)
     inside = torch.nonzero((tag > 0).flatten()).flatten()
     owner = torch.cumsum(begins.flatten(), 0)[inside] - 1  # the mention of each tagged unit
