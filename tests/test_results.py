@@ -342,3 +342,18 @@ def test_hostile_benchmark_files_and_run_folders_are_one_line(run, tmp_path, cap
         line = cli_error(capsys, command, str(run), str(broken), *(
             ["--output", str(tmp_path / "r.html")] if command == "report" else []))
         assert "summary.json: cannot read it as JSON" in line, line
+
+
+def test_a_damaged_validation_block_in_a_summary_is_no_figures_not_a_crash(tmp_path):
+    """Without a test split the view reads the best epoch's validation block, which may come
+    from someone else: a block of the wrong shape gives no figures, never a traceback."""
+    from reltrain.evaluation.runs import run_view
+
+    for best, split in (({"valid": [1, 2]}, None), ({"valid": {}}, None), ("x", None),
+                        ({"valid": {"entities_f1": 0.5, "per_entity_type": "x"}}, "validation")):
+        run = tmp_path / f"run{len(list(tmp_path.iterdir()))}"
+        run.mkdir()
+        (run / "summary.json").write_text(json.dumps({"best": best}))
+        view = run_view(run, {"task": "extract"})
+        assert view["split"] == split and view["per_entity_type"] == {}
+        assert view["answers"]["rows"] == 0

@@ -66,7 +66,8 @@ def run_compare(options: CompareOptions) -> dict:
     for name, run in zip(names, result["runs"]):
         print(f"{name} {run['run_dir']}: {run['encoder']}, world size {run['world_size']}, "
               f"global batch {run['global_batch_size']}, {run['epochs_run']} epoch(s), best "
-              f"epoch {run['best']}, figures of its {run['split'] or 'test (none)'} split")
+              f"epoch {run['best']}, " + (f"figures of its {run['split']} split" if run["split"]
+                                           else "no test or validation figures"))
     rows = [(label, result["figures"][key]) for key, label in FIGURES if key in result["figures"]]
     rows += [(name, values) for name, values in result["per_relation_f1"].items()]
     width = max([display_width(label) for label, _ in rows] + [8]) + 2
