@@ -42,7 +42,7 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
                                   predictor.labels, ctx, precision=predictor.precision,
                                   negative=negative)
         if o.predictions and ctx.is_main:
-            write_predictions(o.predictions, result.records, probs, predictor.labels)
+            write_predictions(o.predictions, result.records, probs, predictor.answering)
         metrics["skipped_rows"] = len(result.skipped)
         if ctx.is_main:
             text = json.dumps(metrics, indent=2, ensure_ascii=False)

@@ -21,7 +21,7 @@ from reltrain.data.inputs import TextEncoder, text_encoder
 from reltrain.data.preprocess import PREPROCESSING, Prepared, prepare_run, token_identity
 from reltrain.data.readers import read_records
 from reltrain.data.report import report_lines
-from reltrain.inference.predictor import write_predictions
+from reltrain.inference.predictor import Answering, write_predictions
 from reltrain.runtime.errors import Preempted, UserError
 from reltrain.data.examples import use_example_data
 from reltrain.runtime.launch import local_processes
@@ -86,7 +86,12 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
         prepared = (extract.prepare_spans(cfg) if extracting else
                     prepare_run(cfg, progress, lambda: stop.check(PREPROCESSING), local_processes()))
     stop.check(_OUTSIDE)
-    negative, select = ctx.agree(lambda: _scoring(cfg, prepared))
+    negative, select, multi = ctx.agree(lambda: _scoring(cfg, prepared))
+    if not extracting:  # one relation a pair, or several: the model folder keeps which
+        prepared.splits = {name: split.with_labels(multi, len(prepared.labels), negative,
+                                                   getattr(cfg.data, name))
+                           for name, split in prepared.splits.items()}
+        cfg = replace(cfg, model=replace(cfg.model, multi_label="true" if multi else "false"))
     tokens = token_identity(prepared)  # its vocabulary or tokenizer, for either task
     identity = RunIdentity(prepared.labels, tokens.vocab, tokens.lm, prepared.cache_key,
                            getattr(prepared, "entity_types", None))
@@ -157,17 +162,22 @@ class _Parts:
     callbacks: list
 
 
-def _scoring(cfg: Config, prepared) -> tuple[int | None, str]:
-    """The negative relation's index (or None) and the validation figure that selects."""
+def _scoring(cfg: Config, prepared) -> tuple[int | None, str, bool]:
+    """The negative relation's index (or None), the validation figure that selects, and
+    whether a pair may have several relations (``model.multi_label``)."""
     if cfg.task == "extract":
-        return None, extract.select_metric(cfg.train.select_metric, prepared)
-    labels = prepared.labels
+        return None, extract.select_metric(cfg.train.select_metric, prepared), False
+    labels, setting = prepared.labels, cfg.model.multi_label
+    multi = setting == "true" or (setting == "auto" and bool(prepared.meta.get("multi_label")))
     negative = negative_index(cfg.eval.negative_label, labels)
-    select = resolve_select(cfg.train.select_metric, negative, labels)
+    select = resolve_select(cfg.train.select_metric, negative, labels, multi)
     if negative is not None:
         log.info("negative relation: %s (left out of the positive figures); checkpoints/best by %s",
                  labels[negative], select)
-    return negative, select
+    if multi:
+        log.info("several relations a pair (model.multi_label): one sigmoid per relation, each "
+                 "answered above its own threshold, chosen on validation")
+    return negative, select, multi
 
 
 def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
@@ -203,7 +213,8 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
         log.info(precision.describe())
     scaler = torch.amp.GradScaler(ctx.device.type, enabled=precision.dtype == torch.float16)
     loss_fn = (extract.SpanLoss(cfg.extract.entity_weight) if cfg.task == "extract" else
-               build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels)))
+               build_loss(cfg.train, prepared.splits["train"].labels, len(prepared.labels),
+                          negative))
     loss_fn = loss_fn.to(ctx.device)
     model_part = dict(config=cfg, labels=identity.labels, vocab=identity.vocab, lm=identity.lm,
                       hf_config=model_hf_config(D.unwrap(model)), data_rows=prepared.meta["rows"],
@@ -294,19 +305,20 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     if ctx.is_main and cfg.task == "extract":
         extract.write_test_answers(run_dir, test_set, probs)
     elif ctx.is_main:
-        _write_test_predictions(cfg, run_dir, labels, probs)
+        thresholds = model.thresholds.cpu().numpy() if model.multi_label else None
+        _write_test_predictions(cfg, run_dir, Answering(labels, negative, thresholds), probs)
 
 
-def _write_test_predictions(cfg: Config, run_dir: Path, labels: list[str], probs) -> None:
+def _write_test_predictions(cfg: Config, run_dir: Path, answering: Answering, probs) -> None:
     """``test_predictions.jsonl``: every test row with its gold and predicted relation, in input
     order; the rows are read again here (the cache holds their ids, not their text)."""
-    records = read_records(cfg.data.test, labels, skip_bad_rows=cfg.data.skip_bad_rows,
+    records = read_records(cfg.data.test, answering.labels, skip_bad_rows=cfg.data.skip_bad_rows,
                            encoding=cfg.data.encoding).records
     if len(records) != len(probs):  # the file changed since the cache was built
         log.warning("%s now has %d rows, %d were scored: test_predictions.jsonl not written",
                     cfg.data.test, len(records), len(probs))
         return
-    write_predictions(str(run_dir / "test_predictions.jsonl"), records, probs, labels)
+    write_predictions(str(run_dir / "test_predictions.jsonl"), records, probs, answering)
 
 
 def _write_page(run_dir: Path) -> None:

@@ -72,6 +72,7 @@ def validate_values(cfg: Config) -> None:
     """Range and choice checks that types alone cannot express (no file is looked at)."""
     t = cfg.train
     # YAML reads `true` as a bool; these three-way options are kept as lower-case strings.
+    cfg.model.multi_label = str(cfg.model.multi_label).lower()
     cfg.log.progress = str(cfg.log.progress).lower()
     cfg.log.tensorboard = str(cfg.log.tensorboard).lower()
     t.sparse_embeddings = str(t.sparse_embeddings).lower()

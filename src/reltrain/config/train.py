@@ -142,6 +142,10 @@ class ModelConfig:
     pos_dim: int = _opt(10, "size of each of the two position embeddings", bound=WIDTH)
     dropout: float = _opt(0.5, "dropout before the classifier (model.lm.dropout for lm)",
                           bound=DROPOUT)
+    multi_label: str = _opt("auto", "several relations per pair (one sigmoid per relation, each "
+                                    "with a threshold chosen on validation): auto (where a data "
+                                    "row gives its relation as a list; the model folder keeps "
+                                    "the choice), true or false", SWITCH)
     word_vectors: str = _opt("", "word2vec/GloVe file (.txt, or .bin for binary word2vec) to start from")
     freeze_embeddings: bool = _opt(False, "keep word_vectors fixed during training")
     cnn: CNNConfig = field(default_factory=CNNConfig)  # also pcnn's

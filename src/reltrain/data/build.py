@@ -16,6 +16,7 @@ import numpy as np
 
 from reltrain.runtime import children
 from reltrain.data.readers import iter_rows, parse_row
+from reltrain.data.schema import relation_names
 from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.runtime.errors import DataError
 
@@ -165,11 +166,11 @@ def write_splits(files: dict[str, str], folder: Path, spec: Spec, labels: list[s
     cfg = spec.data_cfg
     counts = TokenCounts(cfg.min_freq) if spec.words else None
     meta: dict = {"skipped": {}, "truncated": {}, "rows": {}}
-    written = {}
+    written, listed = {}, False
     for name, path in files.items():
         training = name == "train"
         (folder / name).mkdir()
-        out, relations, split_meta = _write_split(
+        out, relations, split_meta, split_listed = _write_split(
             path, folder / name, spec, labels, workers, progress, desc=f"tokenize {name}",
             counts=counts if training else None, check_texts=check_texts if training else None)
         if training:
@@ -177,27 +178,31 @@ def write_splits(files: dict[str, str], folder: Path, spec: Spec, labels: list[s
                 check_relations(set(relations))
             labels = labels if labels is not None else sorted(relations)
         index = {label: i for i, label in enumerate(labels)}
-        written[name] = (out, [index[r] for r in relations])
+        written[name] = (out, [index[r] for r in relations], split_meta["rows"])
+        listed = listed or split_listed
         for key, value in split_meta.items():
             meta[key][name] = value
     vocab = lookup = None
     if counts is not None:
         vocab, hashes, ids = counts.vocab(cfg.max_vocab)
         lookup = _hash_lookup(hashes, ids)
-    for name, (out, label_ids) in written.items():
-        _finish_split(folder / name, out, label_ids, lookup)
+    for name, (out, label_ids, rows) in written.items():
+        _finish_split(folder / name, out, label_ids, lookup, rows, len(labels) if listed else 0)
+    meta["multi_label"] = listed
     return labels, vocab, meta
 
 
 def _write_split(path: str, folder: Path, spec: Spec, labels, workers: int, progress: bool,
-                 desc: str, counts: TokenCounts | None, check_texts) -> tuple[dict, list, dict]:
+                 desc: str, counts: TokenCounts | None, check_texts) -> tuple[dict, list, dict, bool]:
     """One file's rows appended to raw arrays; returns them, its relations in the order they
-    first appear (the numbers ``relations.npy`` holds) and its meta data."""
+    first appear (the numbers ``relations.npy`` holds, each beside its row), its meta data and
+    whether a row gave a list of relations."""
     out = {"tokens": _Appender(folder / "token_ids.npy", np.int64),
            "lengths": _Appender(folder / "lengths.npy", np.int64),
            "spans": _Appender(folder / "spans.npy", np.int32, 4),
-           "relations": _Appender(folder / "relations.npy", np.int64)}
+           "relations": _Appender(folder / "relations.npy", np.int64, 2)}
     relations: dict = {}
+    listed = False
     meta = {"skipped": [], "truncated": 0, "rows": 0}
     jobs = _jobs(path, labels, spec.data_cfg, spec.words)
     with closing(_encoded(spec, jobs, workers, progress, desc)) as chunks:
@@ -208,8 +213,11 @@ def _write_split(path: str, folder: Path, spec: Spec, labels, workers: int, prog
                 counts.add(chunk["hashes"], chunk["counts"], chunk["texts"])
             for key in ("tokens", "lengths", "spans"):
                 out[key].add(chunk[key])
-            out["relations"].add([-1 if r is None else relations.setdefault(r, len(relations))
-                                  for r in chunk["relations"]])
+            first = meta["rows"]
+            listed = listed or any(isinstance(r, tuple) for r in chunk["relations"])
+            out["relations"].add([(first + k, relations.setdefault(name, len(relations)))
+                                  for k, r in enumerate(chunk["relations"])
+                                  for name in relation_names(r)])
             meta["rows"] += len(chunk["lengths"])
             meta["truncated"] += chunk["truncated"]
             meta["skipped"] += chunk["skipped"]
@@ -217,7 +225,7 @@ def _write_split(path: str, folder: Path, spec: Spec, labels, workers: int, prog
         skipped = meta["skipped"]
         raise DataError(path, None, None, "no usable rows" +
                         (f" ({len(skipped)} skipped)" if skipped else ""))
-    return out, list(relations), meta
+    return out, list(relations), meta, listed
 
 
 def _hash_lookup(hashes: np.ndarray, ids: np.ndarray):
@@ -229,8 +237,10 @@ def _hash_lookup(hashes: np.ndarray, ids: np.ndarray):
     return to_ids
 
 
-def _finish_split(folder: Path, out: dict, final_labels: list[int], lookup) -> None:
-    """The split's arrays as ``Split`` reads them (token ids, offsets, spans, labels)."""
+def _finish_split(folder: Path, out: dict, final_labels: list[int], lookup, rows: int,
+                  multi: int) -> None:
+    """The split's arrays as ``Split`` reads them (token ids, offsets, spans, labels: each row's
+    label, -1 for none; with ``multi`` labels, a row of that many 0/1, one per label)."""
     out["tokens"].finish(lookup, np.int32)
     for key in ("lengths", "spans", "relations"):
         out[key].finish()
@@ -239,9 +249,15 @@ def _finish_split(folder: Path, out: dict, final_labels: list[int], lookup) -> N
     spans = np.load(folder / "spans.npy")
     np.save(folder / "head.npy", np.ascontiguousarray(spans[:, :2]))
     np.save(folder / "tail.npy", np.ascontiguousarray(spans[:, 2:]))
-    relations = np.load(folder / "relations.npy")
-    mapping = np.asarray([*final_labels, -1], dtype=np.int64)  # -1 (no relation) stays -1
-    np.save(folder / "labels.npy", mapping[relations])
+    pairs = np.load(folder / "relations.npy").reshape(-1, 2)  # (row, relation as first seen)
+    mapping = np.asarray(final_labels, dtype=np.int64)
+    if multi:
+        labels = np.zeros((rows, multi), dtype=np.uint8)
+        labels[pairs[:, 0], mapping[pairs[:, 1]]] = 1
+    else:
+        labels = np.full(rows, -1, dtype=np.int64)
+        labels[pairs[:, 0]] = mapping[pairs[:, 1]]
+    np.save(folder / "labels.npy", labels)
     for name in ("lengths.npy", "spans.npy", "relations.npy"):
         (folder / name).unlink()
 

@@ -25,8 +25,8 @@ from reltrain.runtime.errors import DataError, UserError, first_line
 
 log = logging.getLogger(__name__)
 
-CACHE_FORMAT = 4  # 2: pretrained encoders' added characters; 3: one folder of .npy per split;
-# 4: the data report (data/report.py) in meta.json
+CACHE_FORMAT = 5  # 2: pretrained encoders' added characters; 3: one folder of .npy per split;
+# 4: the data report (data/report.py) in meta.json; 5: rows with lists of relations
 SPLITS = ("train", "valid", "test")
 @dataclass
 class Prepared:

@@ -16,7 +16,7 @@ from typing import Callable, Iterator
 from reltrain.data import formats
 from reltrain.data.rows import (DIGITS, MAX_INT_DIGITS, entity_at, json_record, offset_value,
                                 parse_json, record_of, relation_name, row_id)
-from reltrain.data.schema import EntitySentence, Record, label_name_problem
+from reltrain.data.schema import EntitySentence, Record, label_name_problem, relation_names
 from reltrain.runtime.errors import DataError, UserError
 
 CSV_COLUMNS = ("sentence", "relation", "head", "head_offset", "tail", "tail_offset")
@@ -147,9 +147,12 @@ def parse_row(build: Callable, known: set | None, labels: list[str] | None, path
         record = build()
     except DataError as exc:
         return exc
-    if known is not None and record.relation is not None and record.relation not in known:
-        return DataError(path, line, "relation", f"unknown relation '{record.relation}' (not in "
-                         f"the label set: {_preview(labels)})")
+    if known is None or record.relation is None:
+        return record
+    for name in relation_names(record.relation):
+        if name not in known:
+            return DataError(path, line, "relation", f"unknown relation '{name}' (not in "
+                             f"the label set: {_preview(labels)})")
     return record
 
 

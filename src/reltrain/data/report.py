@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 
 from reltrain.data.readers import iter_rows
-from reltrain.data.schema import negative_index
+from reltrain.data.schema import negative_index, relation_names
 from reltrain.runtime.errors import DataError
 
 
@@ -33,7 +33,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None,
                     bad.append(str(exc))
                 continue
             rows += 1
-            counts[rec.relation] += 1
+            counts.update(relation_names(rec.relation) if rec.relation is not None else [None])
             spans = (rec.head.start, rec.head.end, rec.tail.start, rec.tail.end)
             example_keys.append((hash((rec.text, spans)), hash(rec.relation)))
             text_keys.append(hash(rec.text.strip()))

@@ -43,13 +43,29 @@ def entity_at(path, line, text, role, name, start, type_="") -> Entity:
     return Entity(name=name, start=start, end=end, type=type_)
 
 
-def relation_name(path, line, value, require_relation) -> str | None:
+def relation_name(path, line, value, require_relation) -> str | tuple[str, ...] | None:
+    """The row's relation; a JSON list gives several (``model.multi_label``), in their order,
+    each once: an empty list is a pair with none."""
+    if isinstance(value, list):
+        if len(value) > MAX_ROW_RELATIONS:
+            raise DataError(path, line, "relation", f"{len(value)} relations; at most "
+                                                    f"{MAX_ROW_RELATIONS} a row")
+        names = [_one_relation(path, line, v) for v in value]
+        return tuple(dict.fromkeys(names))
     if value is None or not str(value).strip():
         if require_relation:
             raise DataError(path, line, "relation", "missing relation")
         return None
+    return _one_relation(path, line, value)
+
+
+MAX_ROW_RELATIONS = 256
+
+
+def _one_relation(path, line, value) -> str:
     if not isinstance(value, str):
-        raise DataError(path, line, "relation", f"expected a string, got {type(value).__name__}")
+        raise DataError(path, line, "relation", f"expected a string or a list of strings, got "
+                                                f"{type(value).__name__}")
     problem = label_name_problem(value.strip())
     if problem:
         raise DataError(path, line, "relation", problem)

@@ -28,6 +28,13 @@ def negative_index(setting: str, labels: list[str]) -> int | None:
     return labels.index(setting)
 
 
+def relation_names(relation: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    """A record's relations as a tuple: one, several (a list in the row) or none."""
+    if relation is None:
+        return ()
+    return (relation,) if isinstance(relation, str) else relation
+
+
 def label_name_problem(name: str) -> str | None:
     """Why ``name`` cannot be a relation's name, or None: a control or format character (a
     newline, a bidi override) would turn a one-line message, a log table or a model card into
@@ -56,7 +63,7 @@ class Record:
     text: str
     head: Entity
     tail: Entity
-    relation: str | None
+    relation: str | tuple[str, ...] | None  # a tuple: the row gave a list (model.multi_label)
     source: str
     tokens: tuple[str, ...] | None = None
     id: str | int | None = None  # the input's own id (TACRED's, a row's "id"), echoed in answers

@@ -11,12 +11,17 @@ from reltrain.runtime.errors import UserError
 
 
 
-def resolve_select(setting: str, negative: int | None, labels: list[str]) -> str:
+def resolve_select(setting: str, negative: int | None, labels: list[str],
+                   multi: bool = False) -> str:
     """The validation figure ``train.select_metric`` names; ``auto``: positive micro-F1 where
-    there is a negative relation (docs/benchmarks.md has the measurement), else macro-F1."""
+    there is a negative relation or a pair may have none (``multi``: several relations a pair;
+    docs/benchmarks.md has the measurement), else macro-F1."""
     if setting == "auto":
-        return "positive_micro_f1" if negative is not None else "macro_f1"
-    if setting.startswith("positive_") and negative is None:
+        return "positive_micro_f1" if negative is not None or multi else "macro_f1"
+    if multi and setting == "semeval_macro_f1":
+        raise UserError("train.select_metric=semeval_macro_f1 scores one relation a pair; this "
+                        "run gives several (model.multi_label)")
+    if setting.startswith("positive_") and negative is None and not multi:
         raise UserError(f"train.select_metric={setting} needs a negative relation: none of the "
                         f"labels is named like one; set eval.negative_label=LABEL")
     if setting == "semeval_macro_f1" and not any(map(DIRECTED.fullmatch, labels)):
@@ -70,6 +75,49 @@ def positive_metrics(y_true: np.ndarray, y_pred: np.ndarray, negative: int) -> d
     p, r, f = _prf(np.float64(correct), np.count_nonzero(guessed), np.count_nonzero(gold))
     return {"positive_micro_precision": float(p), "positive_micro_recall": float(r),
             "positive_micro_f1": float(f)}
+
+
+def multi_label_metrics(gold: np.ndarray, answered: np.ndarray, labels: list[str],
+                        negative: int | None = None) -> dict:
+    """The figures of ``compute_metrics`` where a pair may have several relations: ``gold`` and
+    ``answered`` (N, C) 0/1, each (pair, relation) counted once; the negative label is no
+    relation, so the positive figures are the micro and macro ones; accuracy is the share of
+    pairs whose answered set is the gold one."""
+    keep = np.arange(len(labels)) != (-1 if negative is None else negative)
+    g, a = gold[:, keep].astype(bool), answered[:, keep].astype(bool)
+    names = [name for name, k in zip(labels, keep) if k]
+    tp, predicted, support = ((g & a).sum(0), a.sum(0), g.sum(0))
+    p, r, f = _prf(tp.astype(np.float64), predicted, support)
+    micro = _prf(np.float64(tp.sum()), predicted.sum(), support.sum())
+    present = np.flatnonzero((support + predicted) > 0)
+    macro = [float(x[present].mean()) if present.size else 0.0 for x in (p, r, f)]
+    figures = {"precision": float(micro[0]), "recall": float(micro[1]), "f1": float(micro[2])}
+    return {
+        "macro_f1": macro[2], "macro_precision": macro[0], "macro_recall": macro[1],
+        **{f"micro_{k}": v for k, v in figures.items()},
+        **{f"positive_micro_{k}": v for k, v in figures.items()},
+        "positive_macro_f1": macro[2], "accuracy": float((g == a).all(axis=1).mean()),
+        "num_examples": int(len(g)), "multi_label": True,
+        "negative_label": labels[negative] if negative is not None else None,
+        "per_class": {names[i]: {"precision": float(p[i]), "recall": float(r[i]),
+                                 "f1": float(f[i]), "support": int(support[i])} for i in present},
+    }
+
+
+# Thresholds a relation may get, nearest 0.5 first: a tie goes to the one nearer 0.5.
+GRID = sorted(np.round(np.arange(0.05, 0.951, 0.05), 2), key=lambda t: (abs(t - 0.5), t))
+
+
+def tune_label_thresholds(gold: np.ndarray, probs: np.ndarray, negative: int | None) -> np.ndarray:
+    """Each relation's threshold from ``GRID`` with its best F1 on ``gold`` (N, C) 0/1 and
+    ``probs`` (N, C); a relation without gold or answers there keeps 0.5."""
+    g = gold.astype(bool)
+    f1 = np.stack([2 * (g & (probs >= t)).sum(0) / np.maximum((probs >= t).sum(0) + g.sum(0), 1)
+                   for t in GRID])  # (len(GRID), C)
+    chosen = np.asarray(GRID, dtype=np.float32)[f1.argmax(axis=0)]
+    if negative is not None:
+        chosen[negative] = 1.0  # never answered
+    return chosen
 
 
 # A directed label of SemEval-2010 Task 8: the relation type, then the direction.

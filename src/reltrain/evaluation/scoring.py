@@ -1,8 +1,11 @@
-"""Class probabilities of a model over a dataset, each example once: in one process a plain loop
-over length-sorted batches; under DDP (validation, test, ``reltrain evaluate`` under torchrun)
-each rank scores every W-th of the same batches and the shares are gathered."""
+"""Class probabilities of a model over a dataset (each relation's own for a model of several
+relations a pair), each example once: in one process a plain loop over length-sorted batches;
+under DDP (validation, test, ``reltrain evaluate`` under torchrun) each rank scores every W-th
+of the same batches and the shares are gathered."""
 
 from __future__ import annotations
+
+from functools import partial
 
 import numpy as np
 import torch
@@ -43,6 +46,8 @@ def _scored(model: nn.Module, dataset: RelationDataset, batches: list[np.ndarray
 
     was_training = model.training
     model.eval()
+    # several relations a pair: each relation's own probability
+    activate = torch.sigmoid if getattr(model, "multi_label", False) else partial(torch.softmax, dim=-1)
     probs = []
     for indices in tqdm(batches, desc=desc, disable=not progress, unit="batch", leave=False):
         batch = dataset.batch(indices)
@@ -51,7 +56,7 @@ def _scored(model: nn.Module, dataset: RelationDataset, batches: list[np.ndarray
         batch = batch.to(device, non_blocking=True)
         with (precision or FP32).autocast(device):
             logits = model(**batch.inputs())  # (B, C)
-        probs.append(torch.softmax(logits.float(), dim=-1).cpu().numpy())
+        probs.append(activate(logits.float()).cpu().numpy())
     model.train(was_training)
     return (np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64),
             np.concatenate(probs) if probs else None)

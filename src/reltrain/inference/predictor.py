@@ -16,7 +16,7 @@ from reltrain.config.train import RUNTIMES, Config
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.split import Split, encode_records
-from reltrain.data.schema import EntitySentence, Record
+from reltrain.data.schema import EntitySentence, Record, negative_index
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.precision import FP32, Precision
 from reltrain.runtime.precision import resolve as resolve_precision
@@ -33,6 +33,10 @@ class Predictor:
         self.encoder, self.device = encoder, device
         self.precision = precision or FP32
         self.label_index = {name: i for i, name in enumerate(labels)}
+        # several relations a pair: each answered above its threshold (None: the top one)
+        self.multi_label = bool(getattr(model, "multi_label", False))
+        self.answering = Answering(labels, negative_index(config.eval.negative_label, labels),
+                                   model.thresholds.cpu().numpy() if self.multi_label else None)
         self.card: dict = {}  # the model card's metrics ("test", "best"), when it has them
         # Tokens one example may have; None: any. Truncation keeps both entities whole, so two
         # entities far apart make an example longer than data.max_len: a server refuses those.
@@ -66,6 +70,12 @@ class Predictor:
         config, labels = artifact.config, artifact.labels
         encoder = identity_encoder(config.data, artifact.vocab, artifact.lm)
         if onnx is not None:
+            if config.model.multi_label == "true":  # the graph gives logits; these read them
+                if artifact.weights.get("thresholds", torch.zeros(0)).shape != (len(labels),):
+                    raise UserError(f"{where}: model.safetensors has no relation thresholds, "
+                                    f"which config.json's model.multi_label=true needs")
+                onnx.multi_label = True
+                onnx.register_buffer("thresholds", artifact.weights["thresholds"].float())
             if onnx.num_labels not in (None, len(labels)):
                 raise UserError(f"{where}: model.onnx gives {onnx.num_labels} scores for "
                                 f"{len(labels)} labels")
@@ -95,7 +105,7 @@ class Predictor:
             return Encoded(groups, records, None)
         enc = self.encoder
         split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
-                                  self.config.data.max_len)
+                                  self.config.data.max_len, self.multi_label)
         if self.max_tokens is not None:
             lengths = np.diff(split.offsets)
             over = np.flatnonzero(lengths > self.max_tokens)
@@ -119,7 +129,7 @@ class Predictor:
     def answers(self, encoded: "Encoded", probs: np.ndarray | None, top_k: int = 3) -> list[dict]:
         """The answers of ``encode``'s items from their records' probabilities, in order."""
         return group_results(encoded.groups,
-                             result_rows(encoded.records, probs, self.labels, top_k))
+                             result_rows(encoded.records, probs, self.answering, top_k))
 
     def dataset(self, records: list[Record]) -> RelationDataset:
         """The records as a dataset, for distributed evaluation (evaluation/evaluate.py)."""
@@ -214,30 +224,61 @@ def expand(items: list) -> list[tuple[object, list[Record]]]:
     return [(item, item.pairs() if isinstance(item, EntitySentence) else [item]) for item in items]
 
 
-def result_rows(records: list[Record], probs: np.ndarray | None, labels: list[str],
+@dataclass(frozen=True)
+class Answering:
+    """How probabilities become answers: the labels, the negative one's index, and for a model
+    of several relations a pair each relation's threshold (None: the most probable label)."""
+
+    labels: list[str]
+    negative: int | None = None
+    thresholds: np.ndarray | None = None
+
+
+def result_rows(records: list[Record], probs: np.ndarray | None, answering: Answering,
                 top_k: int = 3) -> list[dict]:
     """One answer per record as ``reltrain predict`` writes it: the example, the top relation and
-    its score, the ``top_k`` alternatives, and ``gold`` when the example has a relation.
+    its score, the ``top_k`` alternatives, and ``gold`` when the example has a relation; with
+    thresholds, ``relations``: every relation at or above its threshold, best first.
     ``probs``: (N, C), ranked in one call for all rows, not one per row (docs/benchmarks.md)."""
     if not records:
         return []
-    order = np.argsort(-probs, axis=1, kind="stable")[:, :max(top_k, 1)]
-    scores = np.take_along_axis(probs, order, axis=1).tolist()
+    labels, shown = answering.labels, max(top_k, 1)
+    order = np.argsort(-probs, axis=1, kind="stable")
+    if answering.thresholds is None:  # only the top_k are read
+        order = order[:, :shown]
+    scores = np.take_along_axis(probs, order, axis=1)
     out = []
-    for rec, ranked, score in zip(records, order.tolist(), scores):
+    for k, (rec, ranked, score) in enumerate(zip(records, order.tolist(), scores.tolist())):
         row = {} if rec.id is None else {"id": rec.id}
         row |= {"text": rec.text,
                "head": {"name": rec.head.name, "pos": [rec.head.start, rec.head.end]},
                "tail": {"name": rec.tail.name, "pos": [rec.tail.start, rec.tail.end]},
-               "relation": labels[ranked[0]], "score": score[0],
-               "top_k": [{"relation": labels[i], "score": v} for i, v in zip(ranked, score)]}
+               "relation": labels[ranked[0]], "score": score[0]}
+        if answering.thresholds is not None:
+            row.update(_relations(probs[k], ranked, score, answering))
+        row["top_k"] = [{"relation": labels[i], "score": v}
+                        for i, v in zip(ranked[:shown], score[:shown])]
         if rec.relation is not None:
-            row["gold"] = rec.relation
+            row["gold"] = rec.relation if isinstance(rec.relation, str) else list(rec.relation)
         out.append(row)
     return out
 
 
-def write_predictions(path: str, records: list[Record], probs: np.ndarray, labels: list[str],
+def _relations(probs: np.ndarray, ranked: list[int], scores: list[float],
+               answering: Answering) -> dict:
+    """A pair's relations at or above their thresholds, best first; ``relation`` is the first, or
+    the negative label (null without one) scored 1 minus the best relation's probability."""
+    labels, negative = answering.labels, answering.negative
+    hits = [{"relation": labels[i], "score": v} for i, v in zip(ranked, scores)
+            if i != negative and probs[i] >= answering.thresholds[i]]
+    if hits:
+        return {"relation": hits[0]["relation"], "score": hits[0]["score"], "relations": hits}
+    best = max((v for i, v in zip(ranked, scores) if i != negative), default=0.0)
+    return {"relation": labels[negative] if negative is not None else None,
+            "score": 1.0 - best, "relations": []}
+
+
+def write_predictions(path: str, records: list[Record], probs: np.ndarray, answering: Answering,
                       top_k: int = 3) -> None:
     """Every example with its gold and predicted relation, one JSON line each, in order (a run's
     ``test_predictions.jsonl``, ``reltrain evaluate --predictions``)."""
@@ -246,7 +287,7 @@ def write_predictions(path: str, records: list[Record], probs: np.ndarray, label
     from reltrain.runtime.output import atomic_file
 
     with atomic_file(path) as f:
-        for row in result_rows(records, probs, labels, top_k):
+        for row in result_rows(records, probs, answering, top_k):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 

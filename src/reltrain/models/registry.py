@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Callable
 
+import torch
 import torch.nn as nn
 
 from reltrain.runtime.errors import UserError
@@ -35,4 +36,10 @@ def check_model_name(name: str) -> None:
 def build_model(model_cfg, vocab_size: int, num_labels: int, pos_limit: int, **extra) -> nn.Module:
     """``extra`` carries what only some encoders need (the LM's saved config, say)."""
     check_model_name(model_cfg.name)
-    return _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit, **extra)
+    model = _REGISTRY[model_cfg.name](model_cfg, vocab_size, num_labels, pos_limit, **extra)
+    model.multi_label = getattr(model_cfg, "multi_label", "false") == "true"
+    if model.multi_label:
+        # One sigmoid per relation, answered where it reaches the relation's threshold; chosen
+        # on validation and saved with the weights, so the selected checkpoint keeps its own.
+        model.register_buffer("thresholds", torch.full((num_labels,), 0.5))
+    return model

@@ -215,11 +215,15 @@ def linear_schedule(train_cfg, pretrained: bool) -> bool:
 
 class GlobalBatchLoss(nn.Module):
     """Cross-entropy as a share of the global batch's mean: a micro-batch's (class-weighted) sum
-    over the global ``normaliser``, so all ranks' micro-batches add up to the global mean."""
+    over the global ``normaliser``, so all ranks' micro-batches add up to the global mean. With
+    a 0/1 row of labels per example (several relations a pair), each relation's binary
+    cross-entropy summed over the relations instead; the negative label (``negative``) is never
+    a target there: a pair without relations has none above its threshold."""
 
-    def __init__(self, weight: torch.Tensor | None = None):
+    def __init__(self, weight: torch.Tensor | None = None, negative: int | None = None):
         super().__init__()
         self.register_buffer("weight", weight)
+        self.negative = negative
 
     def normaliser(self, labels: torch.Tensor) -> torch.Tensor:
         if self.weight is None:
@@ -231,6 +235,13 @@ class GlobalBatchLoss(nn.Module):
 
     def forward(self, logits: torch.Tensor, batch, normaliser: torch.Tensor | float) -> torch.Tensor:
         """``logits``: (B, C) of ``batch``'s examples."""
+        if batch.label.ndim == 2:
+            target = batch.label.float()
+            if self.negative is not None:
+                target[:, self.negative] = 0
+            total = nn.functional.binary_cross_entropy_with_logits(logits.float(), target,
+                                                                   reduction="sum")
+            return total / normaliser
         total = nn.functional.cross_entropy(logits.float(), batch.label, weight=self.weight,
                                             reduction="sum")
         return total / normaliser
@@ -254,10 +265,15 @@ class SpanLoss(nn.Module):
                          self.entity_weight)
 
 
-def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int) -> GlobalBatchLoss:
-    """Cross-entropy; ``balanced`` weighs each class by n / (C * count), unseen classes by 0."""
+def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int,
+               negative: int | None = None) -> GlobalBatchLoss:
+    """Cross-entropy; ``balanced`` weighs each class by n / (C * count), unseen classes by 0.
+    ``train_labels`` of a 0/1 row per example: binary cross-entropy per relation."""
+    if train_labels.ndim == 2 and train_cfg.class_weights != "none":
+        raise UserError("train.class_weights=balanced weighs one relation a pair; this run "
+                        "gives several (model.multi_label): leave it at none")
     if train_cfg.class_weights == "none":
-        return GlobalBatchLoss()
+        return GlobalBatchLoss(negative=negative)
     counts = np.bincount(train_labels, minlength=num_labels).astype(np.float64)
     seen = counts > 0
     weights = np.zeros(num_labels)

@@ -182,7 +182,7 @@ class Trainer:
         metrics, _ = evaluate(D.unwrap(self.model), self.valid_set, self.cfg.eval_batch_size,
                               self.labels, self.ctx, self.progress, desc="valid",
                               precision=self.precision, negative=self.negative,
-                              with_loss=self.select == "loss")
+                              with_loss=self.select == "loss", tune=True)
         record["valid"] = metrics
         record["valid_sent_per_s"] = len(self.valid_set) / max(time.perf_counter() - start, 1e-9)
         for name in (*METRICS, "loss"):
