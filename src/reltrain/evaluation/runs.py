@@ -58,8 +58,8 @@ def run_view(path: Path, config: dict, answers: bool = True) -> dict:
         "figures": {k: v for k, v in test.items() if k not in per_kind},
         **per_kind,
         "curves": _curves(history),
-        **({"answers": (_extraction_answers if task == "extract" else _answers)(path)}
-           if answers else {}),
+        **({"answers": _extraction_answers(path) if task == "extract" else
+            _answers(path, test.get("negative_label"))} if answers else {}),
     }
 
 
@@ -129,31 +129,63 @@ def _curves(history: list[dict]) -> list[dict]:
     return out
 
 
-def _answers(run: Path) -> dict:
+def _answers(run: Path, negative: object = None) -> dict:
     """The confusion counts of the test rows and the most confident mistakes (their text), read
-    a row at a time: only ``SHOWN_MISTAKES`` rows are held, however many the test set has."""
+    a row at a time: only ``SHOWN_MISTAKES`` rows are held, however many the test set has. A
+    row of several relations (``relations``) counts each gold one against itself or "none"
+    (the negative label), and each answered one the gold lacks as "none" against it."""
+    none = negative if isinstance(negative, str) else "(none)"
     counts: dict = {}
     kept: list = []  # (score, -row, row, answer): a min-heap of the most confident mistakes
     rows = wrong = 0
     for i, row in enumerate(_jsonl(run / "test_predictions.jsonl", MAX_ROWS)):
         rows += 1
-        gold, guess = row.get("gold"), row.get("relation")
-        if not isinstance(gold, str) or not isinstance(guess, str):
+        cells = _cells(row, none)
+        if cells is None:
             continue
-        counts[f"{gold}\t{guess}"] = counts.get(f"{gold}\t{guess}", 0) + 1
-        if gold != guess:
+        for cell in cells:
+            counts[cell] = counts.get(cell, 0) + 1
+        if any(g != p for g, p in map(lambda c: c.split("\t"), cells)):
             wrong += 1
-            item = (float(row.get("score") or 0), -i, i, row)
+            item = (float(row.get("score") or 0), -i, i, row, cells)
             if len(kept) < SHOWN_MISTAKES:
                 heapq.heappush(kept, item)
             elif item[:2] > kept[0][:2]:
                 heapq.heapreplace(kept, item)
     shown = [{"row": i, "text": r.get("text"), "head": r.get("head"), "tail": r.get("tail"),
-              "gold": r.get("gold"), "relation": r.get("relation"), "score": r.get("score"),
+              "gold": _named(r.get("gold"), none), "relation": _named(r.get("relations"), none)
+              if "relations" in r else r.get("relation"), "score": r.get("score"),
               "gold_score": next((k.get("score") for k in r.get("top_k") or []
-                                  if isinstance(k, dict) and k.get("relation") == r.get("gold")), None)}
-             for _, _, i, r in sorted(kept, key=lambda item: (-item[0], item[2]))]
+                                  if isinstance(k, dict) and k.get("relation") == r.get("gold")), None),
+              **({"cells": cells} if "relations" in r else {})}
+             for _, _, i, r, cells in sorted(kept, key=lambda item: (-item[0], item[2]))]
     return {"rows": rows, "confusion": counts, "mistakes": shown, "wrong": wrong}
+
+
+def _cells(row: dict, none: str) -> list[str] | None:
+    """The "gold\tpredicted" cells a test row counts in (None: a row not as written)."""
+    gold = row.get("gold")
+    if "relations" not in row:
+        guess = row.get("relation")
+        ok = isinstance(gold, str) and isinstance(guess, str)
+        return [f"{gold}\t{guess}"] if ok else None
+    golds = [gold] if isinstance(gold, str) else gold
+    answered = row.get("relations")
+    if not isinstance(golds, list) or not isinstance(answered, list):
+        return None
+    golds = {g for g in golds if isinstance(g, str) and g != none}
+    given = {a.get("relation") for a in answered if isinstance(a, dict)} - {None}
+    cells = [f"{g}\t{g if g in given else none}" for g in sorted(golds)]
+    cells += [f"{none}\t{a}" for a in sorted(given - golds, key=str)]
+    return cells or [f"{none}\t{none}"]
+
+
+def _named(relations: object, none: str) -> str:
+    """A row's relations as one line: "born_in, lived_in", or the negative label for none."""
+    if isinstance(relations, str):
+        return relations
+    names = [r.get("relation") if isinstance(r, dict) else r for r in relations or []]
+    return ", ".join(str(n) for n in names if n is not None) or none
 
 
 def _extraction_answers(run: Path) -> dict:
