@@ -241,3 +241,17 @@ def test_the_server_and_demo_page_answer_both_relations(full, tmp_path):
     finally:
         srv.stop()
     assert "Traceback" not in srv.output()
+
+
+def test_a_model_of_one_relation_echoes_a_list_and_refuses_to_score_it(model, tmp_path):
+    import reltrain
+
+    row = {"text": "Alice Moreau was born in Dunmore .", "h": {"name": "Alice Moreau", "pos": [0, 12]},
+           "t": {"name": "Dunmore", "pos": [25, 32]}, "relation": ["born_in", "lived_in"]}
+    answer = reltrain.load(str(model)).predict_rows([row])[0]
+    assert answer["gold"] == ["born_in", "lived_in"] and "relations" not in answer
+    path = tmp_path / "two.jsonl"
+    path.write_text(json.dumps({**row, "relation": ["born_in", "works_for"]}) + "\n")
+    message = user_error(run_cli("evaluate", str(model), str(path)))
+    assert message == (f"reltrain: error: {path}:1: relation: 2 relations, but this model gives "
+                       f"each pair one (it was trained with model.multi_label=false)")

@@ -97,15 +97,16 @@ class Predictor:
         encoded = self.encode(items)
         return self.answers(encoded, self.score(encoded, batch_size), top_k)
 
-    def encode(self, items: list) -> "Encoded":
-        """The items' records (a sentence's pairs expanded), tokenized and indexed."""
+    def encode(self, items: list, scored: bool = False) -> "Encoded":
+        """The items' records (a sentence's pairs expanded), tokenized and indexed; ``scored``:
+        their gold relations will be scored (a list of several for a model of one is an error)."""
         groups = expand(items)
         records = [rec for _, group in groups for rec in group]
         if not records:
             return Encoded(groups, records, None)
         enc = self.encoder
         split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
-                                  self.config.data.max_len, self.multi_label)
+                                  self.config.data.max_len, self.multi_label, scored)
         if self.max_tokens is not None:
             lengths = np.diff(split.offsets)
             over = np.flatnonzero(lengths > self.max_tokens)
@@ -133,7 +134,7 @@ class Predictor:
 
     def dataset(self, records: list[Record]) -> RelationDataset:
         """The records as a dataset, for distributed evaluation (evaluation/evaluate.py)."""
-        return RelationDataset(self.encode(records).split, self.config.data.pos_limit,
+        return RelationDataset(self.encode(records, scored=True).split, self.config.data.pos_limit,
                                self.encoder.pad_id)
 
     def fit_warning(self, items: list) -> str | None:
