@@ -104,7 +104,8 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
     cfg = replace(cfg, train=replace(cfg.train, accum_steps=plan.accum_steps,
                                      global_batch_size=plan.global_batch))
     if extracting:  # and how it decodes, which the model folder keeps for prediction
-        cfg = replace(cfg, extract=replace(cfg.extract, overlap=prepared.meta["overlap"]))
+        cfg = replace(cfg, extract=replace(cfg.extract, overlap=prepared.meta["overlap"],
+                                           symmetric=",".join(prepared.meta["symmetric"])))
     if ctx.is_main:
         start_run_dir(run_dir, cfg, resumed.training.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)

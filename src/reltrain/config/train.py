@@ -242,6 +242,10 @@ class ExtractConfig:
                                   "unit is tagged as the first or a later unit of a mention of a "
                                   "type, or outside: flat, any width, several times faster)",
                          ("spans", "tags"))
+    symmetric: str = _opt("auto", "task=extract: relations that hold in either order (trained both "
+                                  "ways, answered and counted once), comma-separated; auto: "
+                                  "those a SpERT types file in data.labels marks symmetric, "
+                                  "none without one; the model folder keeps them")
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
 

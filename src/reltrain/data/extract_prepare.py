@@ -47,12 +47,13 @@ def unit_tokenizer(data_cfg) -> Tokenizer:
     return Tokenizer(kind, lowercase=False)
 
 
-def span_encoder(cfg, entity_types, relations, vocab=None, lm=None) -> SpanEncoder:
+def span_encoder(cfg, entity_types, relations, vocab=None, lm=None,
+                 symmetric: frozenset[str] = frozenset()) -> SpanEncoder:
     to_ids = None if lm is not None else (partial(lowercase_ids, vocab) if cfg.data.lowercase
                                           else vocab.encode)
     return SpanEncoder(unit_tokenizer(cfg.data), entity_types, relations, cfg.extract.max_width,
                        cfg.data.max_len, to_ids=to_ids, lm=lm,
-                       tags=cfg.extract.mentions == "tags")
+                       tags=cfg.extract.mentions == "tags", symmetric=symmetric)
 
 
 def prepare_spans(cfg) -> PreparedSpans:
@@ -79,7 +80,9 @@ def prepare_spans(cfg) -> PreparedSpans:
                   for p in units.pieces(s.text, set())] if s.tokens is None
                  else [t.lower() if cfg.data.lowercase else t for t in s.tokens] for s in train)
         vocab = Vocab.build(words, cfg.data.min_freq)
-    encode = span_encoder(cfg, types, relations, vocab, lm)
+    symmetric = resolve_symmetric(cfg.extract.symmetric, cfg.data.labels, relations,
+                                  cfg.data.encoding)
+    encode = span_encoder(cfg, types, relations, vocab, lm, symmetric)
     # a tagger's mentions cannot overlap
     overlap = ("flat" if cfg.extract.mentions == "tags"
                else resolve_overlap(cfg.extract.overlap, train))
@@ -89,11 +92,62 @@ def prepare_spans(cfg) -> PreparedSpans:
         examples = [encode(s, labelled=split == "train") for s in data]
         lost[split] = sum(x.lost for x in examples)
         sets[split] = SpanDataset(examples, data, pad, types, relations, flat=overlap == "flat",
+                                  symmetric=symmetric,
                                   tune=split == "valid" and cfg.extract.tune_thresholds)
     meta = {"rows": {k: len(v) for k, v in sentences.items()}, "skipped": skipped,
             "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train),
-            "overlap": overlap, "tags": cfg.extract.mentions == "tags"}
+            "overlap": overlap, "tags": cfg.extract.mentions == "tags",
+            "symmetric": sorted(symmetric)}
     return PreparedSpans(relations, types, sets, vocab, lm, _key(files, cfg), meta)
+
+
+MAX_TYPES_BYTES = 1 << 20
+
+
+def resolve_symmetric(setting: str, types_file: str, relations: list[str],
+                      encoding: str = "utf-8") -> frozenset[str]:
+    """The relations that hold in either order: ``extract.symmetric``'s names, or with ``auto``
+    those a SpERT types file (``data.labels``) marks ``"symmetric": true`` (none without one).
+    A name that is no relation of the training data is an error."""
+    if setting != "auto":
+        names = [n.strip() for n in setting.split(",") if n.strip()]
+        unknown = [n for n in names if n not in relations]
+        if unknown:
+            raise UserError(f"extract.symmetric: '{unknown[0][:80]}' is not a relation of the "
+                            f"training data ({', '.join(relations[:8])}"
+                            f"{', ...' if len(relations) > 8 else ''})")
+        return frozenset(names)
+    if not types_file:
+        return frozenset()
+    return frozenset(n for n in read_symmetric(types_file, encoding) if n in relations)
+
+
+def read_symmetric(path: str, encoding: str = "utf-8") -> list[str]:
+    """The relations a SpERT types file (``{"entities": {...}, "relations": {NAME: {...,
+    "symmetric": bool}}}``) marks symmetric."""
+    import json
+
+    from reltrain.data.readers import read_text
+
+    if Path(path).stat().st_size > MAX_TYPES_BYTES:
+        raise DataError(path, None, None, f"a types file of more than {MAX_TYPES_BYTES} bytes")
+    try:
+        types = json.loads(read_text(path, encoding))
+    except json.JSONDecodeError as exc:
+        raise DataError(path, exc.lineno, None, f"not JSON: {exc.msg}") from None
+    relations = types.get("relations") if isinstance(types, dict) else None
+    if not isinstance(relations, dict):
+        raise DataError(path, None, "relations", "expected a SpERT types file: an object with "
+                                                 "\"relations\": {NAME: {\"symmetric\": ...}}")
+    out = []
+    for name, about in relations.items():
+        flag = about.get("symmetric", False) if isinstance(about, dict) else None
+        if not isinstance(flag, bool):
+            raise DataError(path, None, f"relations.{name[:80]}", "expected an object whose "
+                            "\"symmetric\" is true or false")
+        if flag:
+            out.append(name)
+    return out
 
 
 NESTED_SHARE = 0.2  # auto decodes nested from this share of training sentences with overlaps
@@ -131,7 +185,9 @@ def _read(path: str, data_cfg) -> tuple[list[Annotated], list[str]]:
 
 def _key(files: dict, cfg) -> str:
     digest = hashlib.sha256()
-    for split, path in sorted(files.items()):
+    for split, path in sorted({**files, "labels": cfg.data.labels}.items()):
+        if not path:
+            continue
         digest.update(split.encode())
         with open(path, "rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):
@@ -140,4 +196,6 @@ def _key(files: dict, cfg) -> str:
     digest.update(repr((d.language, d.tokenizer, d.lowercase, d.max_len, d.min_freq,
                         cfg.extract.max_width, cfg.extract.mentions,
                         Path(cfg.model.lm.pretrained).name)).encode())
+    if cfg.extract.symmetric != "auto":  # the keys of runs from before the option stay
+        digest.update(cfg.extract.symmetric.encode())
     return digest.hexdigest()[:16]

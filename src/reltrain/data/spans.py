@@ -34,8 +34,10 @@ class SpanEncoder:
     tokens), ids from ``to_ids`` (a vocabulary) or from ``lm`` (a pretrained tokenizer)."""
 
     def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
-                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False):
+                 max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False,
+                 symmetric: frozenset[str] = frozenset()):
         self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
+        self.symmetric = symmetric  # relations labelled in both orders
         # tags: the units are tagged, and the only spans are the gold mentions (for their pairs)
         self.tags = tags
         self.types = {t: i + 1 for i, t in enumerate(entity_types)}
@@ -91,9 +93,11 @@ class SpanEncoder:
         row = {(a, b): i for i, (a, b) in enumerate(pairs.tolist())}
         pair_labels = np.zeros((len(pairs), len(self.relations)), dtype=np.float32)
         for link in sentence.relations if labelled else ():
-            i = row.get((gold[link.head], gold[link.tail]))
-            if i is not None and link.type in self.relations:
-                pair_labels[i, self.relations[link.type]] = 1.0
+            ends = (gold[link.head], gold[link.tail])
+            orders = (ends, ends[::-1]) if link.type in self.symmetric else (ends,)
+            for i in (row.get(order) for order in orders):
+                if i is not None and link.type in self.relations:
+                    pair_labels[i, self.relations[link.type]] = 1.0
         tags = None
         if self.tags:
             tags, untagged = unit_tags(len(units), spans, span_labels)

@@ -75,7 +75,7 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
     return _answers(spans, span_batch, examples, [dataset.sentences[i] for i in indices], chosen,
                     score, kind, pairs, pair_probs, dataset.entity_types,
-                    dataset.relation_names, thresholds)
+                    dataset.relation_names, thresholds, dataset.symmetric)
 
 
 def _above(answer: Answer, at: dict[str, float]) -> Answer:
@@ -175,7 +175,7 @@ def _viterbi(lp: np.ndarray, lengths: np.ndarray) -> np.ndarray:
 
 
 def _answers(spans, owner, examples, sentences, chosen, score, kind, pairs, pair_probs,
-             entity_types, relations, thresholds) -> list[Answer]:
+             entity_types, relations, thresholds, symmetric=frozenset()) -> list[Answer]:
     spans, score, kind = spans.cpu().numpy(), score.cpu().numpy(), kind.cpu().numpy()
     pairs, pair_probs = pairs.cpu().numpy(), pair_probs.cpu().numpy()
     owner = owner.cpu().numpy()
@@ -187,10 +187,16 @@ def _answers(spans, owner, examples, sentences, chosen, score, kind, pairs, pair
                               entity_types[kind[k] - 1]) for k in index)
         ent_scores = [float(score[k]) for k in index]
         links, link_scores = [], []
+        found = {}  # a symmetric relation's pair once, in the order that scored higher
         for m in np.nonzero(owner[pairs[:, 0]] == b)[0] if len(pairs) else ():
             for r in np.nonzero(hits[m])[0]:
-                links.append(Link(index[int(pairs[m, 0])], index[int(pairs[m, 1])], relations[r]))
-                link_scores.append(float(pair_probs[m, r]))
+                head, tail = index[int(pairs[m, 0])], index[int(pairs[m, 1])]
+                key = (min(head, tail), max(head, tail), r) if relations[r] in symmetric else (head, tail, r)
+                if key not in found or pair_probs[m, r] > found[key][1]:
+                    found[key] = (Link(head, tail, relations[r]), float(pair_probs[m, r]))
+        for link, p in found.values():
+            links.append(link)
+            link_scores.append(p)
         answer = Annotated(sentence.text, entities, tuple(links), sentence.source, sentence.tokens,
                            sentence.id, sentence.strings)
         out.append(Answer(answer, ent_scores, link_scores))

@@ -74,7 +74,14 @@ class Extractor:
     def dataset(self, sentences: list[Annotated]) -> SpanDataset:
         examples = [self.encoder(s, labelled=False) for s in sentences]
         return SpanDataset(examples, sentences, self.pad_id, self.entity_types, self.labels,
-                           flat=self.config.extract.overlap == "flat")
+                           flat=self.config.extract.overlap == "flat", symmetric=self.symmetric)
+
+    @property
+    def symmetric(self) -> frozenset[str]:
+        """The relations answered and counted in either order (none in folders from before)."""
+        setting = self.config.extract.symmetric
+        names = () if setting == "auto" else setting.split(",")
+        return frozenset(n for n in names if n in self.labels)
 
     def answers(self, sentences: list[Annotated], batch_size: int = 32, ctx=None) -> list[Answer]:
         """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
