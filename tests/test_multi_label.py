@@ -255,3 +255,10 @@ def test_a_model_of_one_relation_echoes_a_list_and_refuses_to_score_it(model, tm
     message = user_error(run_cli("evaluate", str(model), str(path)))
     assert message == (f"reltrain: error: {path}:1: relation: 2 relations, but this model gives "
                        f"each pair one (it was trained with model.multi_label=false)")
+
+
+def test_inspect_counts_the_rows_of_several_relations(odd):
+    out = ok(run_cli("inspect", odd["train"], odd["valid"])).stdout
+    several = sum(len(json.loads(line)["relation"]) > 1 for line in open(odd["train"])
+                  if isinstance(json.loads(line)["relation"], list))
+    assert several and f"{several} row(s) of train give several relations" in out

@@ -24,6 +24,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None,
     splits, sentences = {}, {}
     for name, path in files.items():
         counts, example_keys, text_keys, rows, bad_rows, bad = Counter(), [], [], 0, 0, []
+        several = 0
         for _, build in iter_rows(path, require_relation=name == "train", encoding=encoding):
             try:
                 rec = build()
@@ -34,6 +35,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None,
                 continue
             rows += 1
             counts.update(relation_names(rec.relation) if rec.relation is not None else [None])
+            several += len(relation_names(rec.relation)) > 1
             spans = (rec.head.start, rec.head.end, rec.tail.start, rec.tail.end)
             example_keys.append((hash((rec.text, spans)), hash(rec.relation)))
             text_keys.append(hash(rec.text.strip()))
@@ -43,7 +45,7 @@ def data_report(files: dict[str, str], labels: list[str] | None = None,
         sentences[name] = np.array(text_keys, dtype=np.int64)
         splits[name] = {"file": str(path), "rows": rows, "bad_rows": bad_rows, "bad_examples": bad,
                         "relations": dict(counts.most_common()),
-                        "duplicate_rows": rows - rows_seen,
+                        "duplicate_rows": rows - rows_seen, "several_relations": several,
                         "conflicting_rows": rows_seen - examples_seen}
     report: dict = {"splits": splits}
     if "train" in sentences:
@@ -89,7 +91,11 @@ def report_lines(report: dict) -> list[str]:
             lines.append(f"{split['duplicate_rows']} row(s) of {name} repeat an earlier row exactly")
         if split["conflicting_rows"]:
             lines.append(f"{split['conflicting_rows']} row(s) of {name} repeat an earlier example "
-                         f"with another relation")
+                         f"with another relation (a JSON list of relations gives one pair "
+                         f"several: model.multi_label)")
+        if split.get("several_relations"):
+            lines.append(f"{split['several_relations']} row(s) of {name} give several relations "
+                         f"(model.multi_label)")
     for name, count in report.get("sentences_in_train", {}).items():
         if count:
             lines.append(f"{count} of {report['splits'][name]['rows']} {name} row(s) have a "
