@@ -97,6 +97,7 @@ def test_onnx_answers_as_torch_does(full, tmp_path):
     pytest.importorskip("onnxruntime")
     pytest.importorskip("onnx")
     ok(run_cli("export", str(full["run"]), str(tmp_path / "m"), "--format", "onnx"))
+    assert "relations hold (each above its own threshold" in (tmp_path / "m/README.md").read_text()
     answers = {}
     for runtime in ("torch", "onnx"):
         ok(run_cli("predict", str(tmp_path / "m"), full["data"]["test"], "--runtime", runtime,

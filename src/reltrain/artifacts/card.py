@@ -62,6 +62,9 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
             f"{d['rows'] if d['rows'] is not None else '?'} |"
             for split, d in config["training_data"].items()]
     scores = _card_scores(test, config["metrics"].get("negative_label"))
+    multi = (config.get("reltrain_config") or {}).get("model", {}).get("multi_label") == "true"
+    what = (f"which of {len(labels)} relations hold (each above its own threshold: several on "
+            f"one pair, or none)" if multi else f"which of {len(labels)} relations holds")
     chosen = (f"The checkpoint of epoch {best['epoch']}, chosen on validation {best['metric']} "
               f"({best['value']:.4f})." if best.get("metric") else "")
     return "\n".join(header) + f"""
@@ -69,7 +72,7 @@ def model_card(config: dict, out: Path, onnx: bool = False) -> str:
 # {markdown_text(out.name)}: relation extraction ({config['model_type']}, {prep['language']})
 
 Trained with reltrain {config['reltrain_version']}. Given a sentence and two entities (head,
-tail), it predicts which of {len(labels)} relations holds: {', '.join(labels)}.
+tail), it predicts {what}: {', '.join(labels)}.
 
 ## Test metrics
 
