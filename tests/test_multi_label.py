@@ -263,3 +263,22 @@ def test_inspect_counts_the_rows_of_several_relations(odd):
     several = sum(len(json.loads(line)["relation"]) > 1 for line in open(odd["train"])
                   if isinstance(json.loads(line)["relation"], list))
     assert several and f"{several} row(s) of train give several relations" in out
+
+
+def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(full, tmp_path):
+    import shutil
+
+    from safetensors.torch import save_file
+
+    for name, change in (("long", lambda w: torch.zeros(10**6)), ("none", None)):
+        folder = tmp_path / name
+        shutil.copytree(full["run"] / "checkpoints/best", folder)
+        weights = weights_of(folder)
+        if change is None:
+            del weights["thresholds"]
+        else:
+            weights["thresholds"] = change(weights)
+        save_file(weights, str(folder / "model.safetensors"))
+        line = user_error(run_cli("predict", str(folder), "--text", "Ann met Bo .", "--head",
+                                  "Ann", "--tail", "Bo"))
+        assert "weights do not fit a cnn model" in line and "(thresholds: " in line

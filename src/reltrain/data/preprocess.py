@@ -320,6 +320,7 @@ def _load(path: Path, mapped: bool = True) -> Prepared:
         raise ValueError("no training split")
     vocab_file = path / "vocab.json"
     vocab = Vocab(json.loads(vocab_file.read_text())) if vocab_file.is_file() else None
-    return Prepared(vocab=vocab,
-                    labels=json.loads((path / "labels.json").read_text()),
-                    splits=splits, meta=meta, cache_path=path)
+    labels = json.loads((path / "labels.json").read_text())
+    if any(s.multi_label and s.labels.shape[1] != len(labels) for s in splits.values()):
+        raise ValueError("a split's rows of labels do not fit labels.json")
+    return Prepared(vocab=vocab, labels=labels, splits=splits, meta=meta, cache_path=path)
