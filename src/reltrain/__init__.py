@@ -42,7 +42,6 @@ def train(config=None, overrides=None) -> dict:
     from reltrain.config.load import load_config
     from reltrain.config.train import Config, dotted, to_dict
     from reltrain.runtime.distributed import launched
-    from reltrain.runtime.errors import UserError
 
     def items_of(mapping: dict) -> list[str]:  # JSON is YAML: each value reads back the same
         return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in dotted(mapping).items()]

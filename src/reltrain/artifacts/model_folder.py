@@ -19,6 +19,7 @@ from reltrain.config.load import config_from_dict
 from reltrain.config.train import Config
 from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.runtime.errors import UserError, first_line
+from reltrain.data.schema import label_name_problem
 
 FOLDER_FORMAT = "reltrain-model"
 FOLDER_VERSION = 1
@@ -95,8 +96,6 @@ def _names(value: object, where: str, what: str, limit: int) -> list[str]:
 
 
 def _labels(value: object, where: str) -> list[str]:
-    from reltrain.data.schema import label_name_problem
-
     labels = _names(value, where, "the label list", MAX_LABELS)
     if not labels:
         _fail(where, "the label list is empty")

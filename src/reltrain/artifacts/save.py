@@ -16,6 +16,7 @@ from reltrain.artifacts.model_folder import (CONFIG, FOLDER_FORMAT, FOLDER_VERSI
 from reltrain.artifacts.training_state import STATE_FILE, TrainingState, save_training_state
 from reltrain.config.train import to_dict
 from reltrain.runtime.errors import UserError
+from reltrain.data.schema import negative_index
 
 EPOCH_FILE = "epoch.json"  # a checkpoint's epoch summary, for people; nothing reads it back
 TMP = ".tmp"  # a folder being written; ".old.tmp": one being replaced (run_dir cleans both)
@@ -159,8 +160,6 @@ def folder_config(artifact: Artifact, test: dict | None, summary: dict, version:
 
 
 def _negative_name(artifact: Artifact) -> str | None:
-    from reltrain.data.schema import negative_index
-
     try:
         index = negative_index(artifact.config.eval.negative_label, artifact.labels)
     except UserError:

@@ -56,7 +56,7 @@ def compare_runs(runs: list[str]) -> dict:
 
 def run_compare(options: CompareOptions) -> dict:
     """Print the comparison (a table, or JSON) and return it."""
-    from reltrain.evaluation.metrics import display_width, pad
+    from reltrain.evaluation.metrics import display_width, pad  # numpy: not at cli start-up
 
     result = compare_runs(options.runs)
     if options.as_json:

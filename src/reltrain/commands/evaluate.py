@@ -14,6 +14,7 @@ from reltrain.data.schema import negative_index
 from reltrain.commands.predict import load_predictor, warn_misfit
 from reltrain.runtime import distributed as D
 from reltrain.evaluation.evaluate import evaluate
+from reltrain.data.answers import sentence_json
 
 log = logging.getLogger("reltrain.evaluate")
 
@@ -57,7 +58,6 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
 def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> dict:
     """Entities and relations of a gold file (any of the extraction formats) against the
     model's answers, scored as a run's test set is; the same on every rank."""
-    from reltrain.data.answers import sentence_json
     from reltrain.data.extraction import read_annotated
     from reltrain.evaluation.span_decode import evaluate_spans
 

@@ -14,6 +14,7 @@ from reltrain.artifacts.save import write_model_folder
 from reltrain.artifacts.training_state import STATE_FILE, metric_values
 from reltrain.config.commands import ExportOptions
 from reltrain.runtime.errors import UserError
+from reltrain.data.schema import Entity, Record
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +85,6 @@ def _add_onnx(predictor, out: Path) -> None:
     import numpy as np
     import torch
 
-    from reltrain.data.schema import Entity, Record
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel, export_onnx
 
     words = "ab cd ef gh ij kl mn op qr st uv wx yz".split()

@@ -12,12 +12,13 @@ from typing import TYPE_CHECKING
 
 from reltrain.runtime import children
 from reltrain.data.readers import STDIN
-from reltrain.runtime.errors import SharedUserError, UserError
+from reltrain.runtime.errors import SharedUserError, UserError, DataError
 from reltrain.inference import pool
 from reltrain.runtime.output import check_output, output_stream
 from reltrain.config.commands import PredictOptions
 from reltrain.runtime.launch import local_processes
 from reltrain.runtime.stops import StopRequest
+from reltrain.data.schema import Annotated
 
 if TYPE_CHECKING:  # torch, imported by run_predict once the helpers have started
     from reltrain.runtime import distributed as D
@@ -82,7 +83,6 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
                                   f"model's relations), not {o.top_k}")
         if o.data is None and extracting:  # --text: a chunk of one sentence
             from reltrain.data.extraction import Parsed
-            from reltrain.data.schema import Annotated
 
             chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
         if o.data is None and not extracting:
@@ -239,8 +239,6 @@ def warn_misfit(predictor: Predictor, items: list) -> None:
 
 def _parsed(chunk: list, skip_bad_rows: bool) -> list:
     """``(line, record or EntitySentence or DataError)`` for each ``(line, build)``."""
-    from reltrain.runtime.errors import DataError
-
     out = []
     for line, build in chunk:
         try:
@@ -254,8 +252,6 @@ def _parsed(chunk: list, skip_bad_rows: bool) -> list:
 
 def _good(parsed: list) -> list:
     """The rows that parsed (records and sentences), without the bad rows' errors."""
-    from reltrain.runtime.errors import DataError
-
     return [item for _, item in parsed if not isinstance(item, DataError)]
 
 
@@ -275,8 +271,6 @@ def _chunk_lines(predictor: Predictor, chunk: list, top_k: int, skip_bad_rows: b
 def _lines(predictor: Predictor, parsed: list, top_k: int, encoded=None) -> Lines:
     """The output lines of a chunk of ``(line number, record or DataError)``: the predictor's
     pipeline over its good rows (``encoded`` already, when a helper did that stage)."""
-    from reltrain.runtime.errors import DataError
-
     if encoded is None:
         encoded = predictor.encode(_good(parsed))
     results = iter(predictor.answers(encoded, predictor.score(encoded), top_k))
@@ -290,8 +284,6 @@ def _extracted(extractor, parsed: list) -> Lines:
     """The output lines of a chunk of ``(line number, Parsed or DataError)`` rows: each of a
     row's sentences answered in order (a PURE document holds several), a bad row's error in its
     place."""
-    from reltrain.runtime.errors import DataError
-
     answers = extractor.extract_rows([s for item in _good(parsed) for s in item.sentences])
     lines = []
     for line, item in parsed:

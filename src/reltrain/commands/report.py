@@ -51,7 +51,7 @@ def _finite(value):
 
 def write_report(runs: list[str], output: str | Path) -> dict:
     """The page of ``runs`` at ``output``; returns its data."""
-    from reltrain.runtime.output import write_output
+    from reltrain.runtime.output import write_output  # tempfile, shutil: not at cli start-up
 
     data = runs_view(runs)
     write_output(str(output), page_html(data))

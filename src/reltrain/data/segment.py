@@ -9,6 +9,8 @@ import logging
 import re
 from functools import lru_cache
 
+from reltrain.data.private import default_cache_dir, owned_privately
+
 
 @lru_cache(maxsize=1)
 def _jieba():
@@ -39,8 +41,6 @@ def _private_folder() -> str:
     """``$XDG_CACHE_HOME/reltrain/jieba``, made private to this user; a fresh temporary folder
     where that cannot be had (it is then rebuilt at each start, a second)."""
     import tempfile
-
-    from reltrain.data.private import default_cache_dir, owned_privately
 
     folder = default_cache_dir() / "jieba"
     try:

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from reltrain.data.schema import Annotated
+from reltrain.evaluation.metrics import display_width, pad
 
 SCORES = ("entities", "relations_strict", "relations_boundaries", "triples")
 
@@ -147,8 +148,6 @@ def extraction_metrics(gold: list[Annotated], predicted: list[Annotated],
 
 def format_extraction(metrics: dict) -> str:
     """The log's table: each entity type and relation (strict), then the totals."""
-    from reltrain.evaluation.metrics import display_width, pad
-
     rows = [("entity " + k, v) for k, v in metrics["per_entity_type"].items()]
     rows += [("relation " + k, v) for k, v in metrics["per_relation"].items()]
     totals = [name for name in SCORES if f"{name}_f1" in metrics]

@@ -16,6 +16,7 @@ import torch
 
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.spans import SpanBatch
+from reltrain.runtime.precision import FP32
 
 MAX_MENTIONS = 30  # mentions scored as pairs per sentence: its pairs grow with the square
 THRESHOLDS = np.round(np.arange(0.05, 0.951, 0.05), 2)  # what tuning chooses a relation's from
@@ -33,8 +34,6 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     """The answers of the sentences ``indices`` of ``dataset`` (a SpanDataset; ``batch``
     collated from them), in that order; ``floor``: every relation's threshold instead of the
     model's."""
-    from reltrain.runtime.precision import FP32
-
     device = batch.ids.device
     with (precision or FP32).autocast(device):
         states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask)

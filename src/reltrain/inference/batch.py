@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 
+from reltrain.data.schema import Annotated
+
 
 class BatchModel:
     def __init__(self, path: str, device: str = "cpu", amp: str = "auto"):
@@ -42,7 +44,6 @@ class BatchModel:
     def answer_rows(self, rows: list[dict]) -> list[str]:
         model = self.model
         if getattr(model, "entity_types", None) is not None:  # an extraction model
-            from reltrain.data.schema import Annotated
 
             answers = model.extract_rows(Annotated(str(r["text"]), (), (), "<batch>") for r in rows)
         else:

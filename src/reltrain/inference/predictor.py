@@ -17,10 +17,12 @@ from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.split import Split, encode_records
 from reltrain.data.schema import EntitySentence, Record, negative_index
-from reltrain.runtime.errors import UserError
+from reltrain.runtime.errors import UserError, DataError
 from reltrain.runtime.precision import FP32, Precision
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.evaluation.scoring import predict_probs
+from reltrain.runtime.output import atomic_file
+from reltrain.data.rows import pair_record, example
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +176,6 @@ class Predictor:
         ``{"text", "entities": [...]}`` (every pair), or ``{"text", "head", "tail"}`` with
         optional ``head_offset`` / ``tail_offset``. A bad row is a ``ValueError`` naming it:
         ``rows[3].h.pos: ...``."""
-        from reltrain.data.rows import example
-        from reltrain.runtime.errors import DataError
 
         items = []
         for i, row in enumerate(rows):
@@ -285,8 +285,6 @@ def write_predictions(path: str, records: list[Record], probs: np.ndarray, answe
     ``test_predictions.jsonl``, ``reltrain evaluate --predictions``)."""
     import json
 
-    from reltrain.runtime.output import atomic_file
-
     with atomic_file(path) as f:
         for row in result_rows(records, probs, answering, top_k):
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
@@ -313,8 +311,6 @@ def make_record(text: str, head: str, tail: str, head_offset: int | None = None,
     """A record from a sentence and entity strings (``rows.pair_record``); without an offset the
     first occurrence is used. Errors name the arguments as Python spells them, or with ``cli`` as
     the flags."""
-    from reltrain.data.rows import pair_record
-    from reltrain.runtime.errors import DataError
 
     row = {"text": text, "head": head, "tail": tail, "head_offset": head_offset,
            "tail_offset": tail_offset}

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reltrain.data.rows import MAX_INT_DIGITS
+from reltrain.data.rows import MAX_INT_DIGITS, parse_json, example, row_id
 from reltrain.runtime.errors import DataError
+from reltrain.data.schema import Annotated, EntitySentence
 
 # The keys of each request shape; any other is refused by name (a typo such as tail_ofset
 # would otherwise be ignored and the default used).
@@ -39,8 +40,6 @@ class Parsed:
 def _objects(body: bytes, limits: Limits, noun: str) -> tuple[list, bool]:
     """The body's JSON value as a list of what it holds, and whether it was a list (the answer
     then is one too); at least one and at most ``limits.max_items`` of them."""
-    from reltrain.data.rows import parse_json
-
     try:
         obj = parse_json(body.decode("utf-8"), "body")
     except UnicodeDecodeError:
@@ -59,8 +58,6 @@ def _objects(body: bytes, limits: Limits, noun: str) -> tuple[list, bool]:
 
 def parse_items(body: bytes, limits: Limits) -> Parsed:
     """The examples of a request body; ``BadRequest`` naming the field for anything wrong."""
-    from reltrain.data.rows import example
-
     objs, many = _objects(body, limits, "example")
     items, count, chars = [], 0, 0
     for i, one in enumerate(objs):
@@ -91,8 +88,6 @@ def parse_texts(body: bytes, limits: Limits) -> Parsed:
     """The sentences of a request to an extraction model: ``{"text", "id"?}`` or a list of them.
     Each sentence's pairs are at most the 30 best mentions' (evaluation/span_decode.py), so the
     sentence count bounds the pairs before any is built."""
-    from reltrain.data.rows import row_id
-    from reltrain.data.schema import Annotated
 
     objs, many = _objects(body, limits, "sentence")
     items, chars = [], 0
@@ -177,8 +172,6 @@ def _check_entity(entity: object, name: str) -> None:
 
 
 def _examples(item) -> int:
-    from reltrain.data.schema import EntitySentence
-
     return len(item.pairs()) if isinstance(item, EntitySentence) else 1
 
 

@@ -8,6 +8,8 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+from reltrain.runtime.output import open_append
+
 _FORMAT = "%(asctime)s %(message)s"
 _LOGGER = "reltrain"
 
@@ -41,7 +43,6 @@ def run_log(path: Path | None):
     if path is None:
         yield
         return
-    from reltrain.runtime.output import open_append
 
     logger = logging.getLogger(_LOGGER)
     handler = logging.StreamHandler(open_append(path))

@@ -7,6 +7,9 @@ import json
 import logging
 from pathlib import Path
 
+from reltrain.runtime.errors import UserError
+from reltrain.runtime.output import open_append
+
 log = logging.getLogger(__name__)
 
 
@@ -53,9 +56,6 @@ class MetricsLog(Callback):
         self.path = path
 
     def on_epoch_end(self, record):
-        from reltrain.runtime.errors import UserError
-        from reltrain.runtime.output import open_append
-
         try:
             with open_append(self.path) as f:
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
@@ -90,8 +90,6 @@ def build_callbacks(run_dir: Path, cfg, select: str) -> list[Callback]:
     if cfg.log.tensorboard != "false" and importlib.util.find_spec("tensorboard") is not None:
         callbacks.append(TensorBoardLog(run_dir / "tensorboard"))
     elif cfg.log.tensorboard == "true":
-        from reltrain.runtime.errors import UserError
-
         raise UserError("log.tensorboard=true but tensorboard is not installed: "
                         "pip install 'reltrain[tensorboard]'")
     return callbacks

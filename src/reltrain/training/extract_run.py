@@ -14,6 +14,7 @@ from reltrain.models.spans import build_span_model
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.output import write_output
 from reltrain.training.optim import SpanLoss
+from reltrain.data.answers import sentence_json
 
 log = logging.getLogger("reltrain.train")
 
@@ -58,8 +59,6 @@ def describe(prepared: PreparedSpans) -> None:
 
 def write_test_answers(run_dir: Path, dataset, answers) -> None:
     """``test_predictions.jsonl``: each test sentence's gold and answer, in input order."""
-    from reltrain.data.answers import sentence_json
-
     lines = [json.dumps({"gold": sentence_json(gold), "answer": sentence_json(a.sentence, a)},
                         ensure_ascii=False)
              for gold, a in zip(dataset.sentences, answers)]
