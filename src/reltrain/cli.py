@@ -10,10 +10,12 @@ from contextlib import contextmanager
 from reltrain.commands.compare import CompareOptions
 from reltrain.runtime.errors import Preempted, UserError
 from reltrain.commands.inspect import InspectOptions
-from reltrain.runtime.launch import adopt_local_rank_flag, first_rank
+from reltrain.runtime.launch import adopt_local_rank_flag, first_rank, run_local_workers
 from reltrain.config.commands import (EvaluateOptions, ExportOptions, PredictOptions, ServeOptions,
                               add_to, from_args)
 from reltrain.commands.report import ReportOptions
+from reltrain import __version__
+from reltrain.config.train import describe_options
 
 _CONFIG_EPILOG = """\
 options (key=value, after --config FILE; nested keys use dots):
@@ -28,9 +30,6 @@ examples:
 
 
 def _parser() -> argparse.ArgumentParser:
-    from reltrain import __version__
-    from reltrain.config.train import describe_options
-
     parser = argparse.ArgumentParser(prog="reltrain", description="Train and use relation-extraction models.")
     parser.add_argument("--version", action="version", version=f"reltrain {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -140,7 +139,6 @@ def _dispatch(args) -> int:
         with _starting():
             from reltrain.config.load import load_config
             from reltrain.runtime.distributed import launched
-            from reltrain.runtime.launch import run_local_workers
             from reltrain.commands.preprocess import run_preprocess
             from reltrain.commands.train import run_train
             from reltrain.training.run_dir import new_run_dir
@@ -168,7 +166,6 @@ def _dispatch(args) -> int:
             from reltrain.commands.predict import run_predict
         if options.devices > 1:  # distributed imports torch, which run_predict's helpers also do
             from reltrain.runtime.distributed import launched
-            from reltrain.runtime.launch import run_local_workers
 
             if not launched():
                 return run_local_workers(options.devices, args.argv)  # the workers see the launcher

@@ -17,6 +17,7 @@ from reltrain.artifacts.training_state import STATE_FILE, TrainingState, save_tr
 from reltrain.config.train import to_dict
 from reltrain.runtime.errors import UserError
 from reltrain.data.schema import negative_index
+from reltrain import __version__
 
 EPOCH_FILE = "epoch.json"  # a checkpoint's epoch summary, for people; nothing reads it back
 TMP = ".tmp"  # a folder being written; ".old.tmp": one being replaced (run_dir cleans both)
@@ -27,8 +28,6 @@ def write_model_folder(out: Path, artifact: Artifact, test: dict | None = None,
     """config.json, model.safetensors, the vocabulary or tokenizer files and README.md into the
     existing folder ``out``."""
     from safetensors.torch import save_file
-
-    from reltrain import __version__
 
     config = folder_config(artifact, test, summary or {}, __version__)
     (out / CONFIG).write_text(json.dumps(config, indent=2, ensure_ascii=False), encoding="utf-8")

@@ -11,7 +11,7 @@ from itertools import chain, islice
 from typing import TYPE_CHECKING
 
 from reltrain.runtime import children
-from reltrain.data.readers import STDIN
+from reltrain.data.readers import STDIN, iter_rows
 from reltrain.runtime.errors import SharedUserError, UserError, DataError
 from reltrain.inference import pool
 from reltrain.runtime.output import check_output, output_stream
@@ -19,6 +19,7 @@ from reltrain.config.commands import PredictOptions
 from reltrain.runtime.launch import local_processes
 from reltrain.runtime.stops import StopRequest
 from reltrain.data.schema import Annotated
+from reltrain.config.train import DistConfig
 
 if TYPE_CHECKING:  # torch, imported by run_predict once the helpers have started
     from reltrain.runtime import distributed as D
@@ -66,7 +67,6 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
 def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
              stop: StopRequest) -> int:
     from reltrain.runtime import distributed as D
-    from reltrain.config.train import DistConfig
     from reltrain.inference.predictor import make_record
 
     ctx = D.setup(o.device, DistConfig())
@@ -178,8 +178,6 @@ def _row_chunks(o: PredictOptions, stop: StopRequest, extracting: bool) -> Itera
 
         rows = iter_annotated(o.data, o.encoding, False, "text" if o.data == STDIN else None)
     else:
-        from reltrain.data.readers import iter_rows
-
         rows = iter_rows(o.data, require_relation=False, entity_lists=True, encoding=o.encoding)
     # an extraction model takes about ten times a classifier's time a row: smaller chunks
     # keep every process busy to the end of a file of a few thousand rows

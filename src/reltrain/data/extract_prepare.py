@@ -17,6 +17,7 @@ from reltrain.data.spans import SpanDataset, SpanEncoder, lowercase_ids
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.runtime.errors import DataError, UserError
+from reltrain.data.readers import read_text
 
 log = logging.getLogger(__name__)
 
@@ -126,8 +127,6 @@ def read_symmetric(path: str, encoding: str = "utf-8") -> list[str]:
     """The relations a SpERT types file (``{"entities": {...}, "relations": {NAME: {...,
     "symmetric": bool}}}``) marks symmetric."""
     import json
-
-    from reltrain.data.readers import read_text
 
     if Path(path).stat().st_size > MAX_TYPES_BYTES:
         raise DataError(path, None, None, f"a types file of more than {MAX_TYPES_BYTES} bytes")

@@ -22,6 +22,7 @@ from reltrain.data.split import Split
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.runtime.errors import DataError, UserError, first_line
+from reltrain.data import build
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,6 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_options, workers: i
 
 
 def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: int) -> None:
-    from reltrain.data import build
     from reltrain.data.report import data_report
 
     files = {name: getattr(data_cfg, name) for name in SPLITS if getattr(data_cfg, name)}

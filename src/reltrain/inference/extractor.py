@@ -20,6 +20,7 @@ from reltrain.data.vocab import Vocab
 from reltrain.evaluation.span_decode import Answer, gathered_answers
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.precision import resolve as resolve_precision
+from reltrain.data.lm import LMTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +29,6 @@ CHUNK = 256  # sentences encoded and answered at a time (a rank's share under to
 
 class Extractor:
     def __init__(self, model, artifact: Artifact, device: torch.device, precision):
-        from reltrain.data.lm import LMTokenizer
-
         self.model, self.config, self.device, self.precision = model, artifact.config, device, precision
         self.labels, self.entity_types = artifact.labels, artifact.entity_types
         lm = artifact.lm
@@ -47,7 +46,6 @@ class Extractor:
         cfg = artifact.config
         vocab_size = len(artifact.vocab) if artifact.vocab else None
         if vocab_size is None:  # the tokenizer's size, as the run that trained it had it
-            from reltrain.data.lm import LMTokenizer
 
             lm = artifact.lm
             vocab_size = len(LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")))

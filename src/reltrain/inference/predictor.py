@@ -23,6 +23,7 @@ from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.evaluation.scoring import predict_probs
 from reltrain.runtime.output import atomic_file
 from reltrain.data.rows import pair_record, example
+from reltrain.runtime.distributed import resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -203,8 +204,6 @@ class Encoded:
 
 
 def _device(device: str | torch.device) -> torch.device:
-    from reltrain.runtime.distributed import resolve_device
-
     return device if isinstance(device, torch.device) else resolve_device(device)
 
 

@@ -12,6 +12,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from reltrain.models.dropout import ExampleDropout
+from reltrain.models.lm import quiet_transformers
 
 
 class RangeMax:
@@ -229,8 +230,6 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
     ``model.lm.pretrained`` when training, from ``hf_config`` when loading a model folder."""
     if model_cfg.name == "lm":
         from transformers import AutoConfig, AutoModel
-
-        from reltrain.models.lm import quiet_transformers
 
         with quiet_transformers():
             if hf_config is None:
