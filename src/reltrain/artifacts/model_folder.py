@@ -20,6 +20,8 @@ from reltrain.config.train import Config
 from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.runtime.errors import UserError, first_line
 from reltrain.data.schema import label_name_problem
+from reltrain.data.vocab import PAD, UNK
+from reltrain.models import build_model
 
 FOLDER_FORMAT = "reltrain-model"
 FOLDER_VERSION = 1
@@ -106,8 +108,6 @@ def _labels(value: object, where: str) -> list[str]:
 
 
 def _vocab(value: object, where: str) -> list[str]:
-    from reltrain.data.vocab import PAD, UNK
-
     tokens = _names(value, where, "the vocabulary", MAX_VOCAB)
     if tokens[:2] != [PAD, UNK]:
         _fail(where, f"the vocabulary must start with {PAD}, {UNK}")
@@ -356,8 +356,6 @@ def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
                         where: str) -> torch.nn.Module:
     """The model with its weights; built on the meta device first and every weight's name and shape
     compared, so a tampered size is an error, not an allocation."""
-    from reltrain.models import build_model
-
     cfg = artifact.config
     args = (cfg.model, vocab_size, len(artifact.labels), cfg.data.pos_limit)
     extra = {"hf_config": artifact.hf_config, "added_tokens": added_tokens}

@@ -15,6 +15,8 @@ from reltrain.commands.predict import load_predictor, warn_misfit
 from reltrain.runtime import distributed as D
 from reltrain.evaluation.evaluate import evaluate
 from reltrain.data.answers import sentence_json
+from reltrain.data.extraction import read_annotated
+from reltrain.evaluation.span_decode import evaluate_spans
 
 log = logging.getLogger("reltrain.evaluate")
 
@@ -58,9 +60,6 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
 def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> dict:
     """Entities and relations of a gold file (any of the extraction formats) against the
     model's answers, scored as a run's test set is; the same on every rank."""
-    from reltrain.data.extraction import read_annotated
-    from reltrain.evaluation.span_decode import evaluate_spans
-
     gold = read_annotated(o.data, o.encoding)
     metrics, answers = evaluate_spans(extractor.model, extractor.dataset(gold), o.batch_size, ctx,
                                       precision=extractor.precision)

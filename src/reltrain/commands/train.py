@@ -43,6 +43,9 @@ from reltrain.training.resume import (Resumed, describe_resume, find_resume, loa
 from reltrain.training.run_dir import RunDirLock, new_run_dir, read_history, start_run_dir
 from reltrain.training import extract_run as extract
 from reltrain.training.trainer import Selection, Trainer, TrainParts
+from reltrain.data.vectors import load_word_vectors
+from reltrain.commands.report import write_report
+from reltrain.evaluation.extraction import extraction_headline, format_extraction
 
 log = logging.getLogger("reltrain.train")
 
@@ -274,8 +277,6 @@ def _fit(parts: _Parts, ctx: D.DistContext, resumed: Resumed | None, stop: StopR
 
 def _init_word_vectors(model, cfg: Config, prepared: Prepared) -> None:
     """Start the word embeddings from pretrained vectors (identical on every rank)."""
-    from reltrain.data.vectors import load_word_vectors
-
     vectors, found = load_word_vectors(cfg.model.word_vectors, prepared.vocab, cfg.model.word_dim)
     with torch.no_grad():
         weight = model.embed.word.weight
@@ -324,8 +325,6 @@ def _write_test_predictions(cfg: Config, run_dir: Path, answering: Answering, pr
 
 def _write_page(run_dir: Path) -> None:
     """``report.html``, the run's page: what ``reltrain report RUN_DIR`` writes for it."""
-    from reltrain.commands.report import write_report
-
     try:
         write_report([str(run_dir)], run_dir / "report.html")
     except OSError as exc:  # the run itself is complete
@@ -384,7 +383,6 @@ def _print_summary(summary: dict) -> None:
             if b:
                 lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
     if "test" in summary and "per_relation" in summary["test"]:  # task=extract
-        from reltrain.evaluation.extraction import extraction_headline, format_extraction
 
         lines += [format_extraction(summary["test"]),
                   f"test (best checkpoint): {extraction_headline(summary['test'])}"]

@@ -19,6 +19,8 @@ from reltrain.data.readers import iter_rows, parse_row
 from reltrain.data.schema import relation_names
 from reltrain.data.vocab import PAD, UNK, Vocab
 from reltrain.runtime.errors import DataError
+from reltrain.data.lm import LMTokenizer
+from reltrain.data.tokenize import Tokenizer
 
 CHUNK_ROWS = 4096  # rows a worker takes at a time: its first chunk also holds the sample checked
 
@@ -41,10 +43,7 @@ class Spec:
 def _setup(spec: Spec):
     """A worker's tokenizer, which it keeps and passes to each ``_encode_chunk``."""
     if spec.words:
-        from reltrain.data.tokenize import Tokenizer
-
         return Tokenizer.from_config(spec.data_cfg)
-    from reltrain.data.lm import LMTokenizer
 
     tokenize = LMTokenizer.from_folder(spec.lm_folder, spec.lm_types)
     tokenize.add_chars(spec.lm_added or [])

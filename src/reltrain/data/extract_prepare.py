@@ -18,6 +18,7 @@ from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.runtime.errors import DataError, UserError
 from reltrain.data.readers import read_text
+from reltrain.data.lm import LMTokenizer
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,6 @@ def prepare_spans(cfg) -> PreparedSpans:
         raise UserError(f"{files['train']}: no entity or no relation to learn from")
     vocab, lm = None, None
     if cfg.model.name == "lm":
-        from reltrain.data.lm import LMTokenizer
-
         lm = LMTokenizer.from_folder(cfg.model.lm.pretrained)
     else:
         units = unit_tokenizer(cfg.data)

@@ -9,6 +9,7 @@ from typing import Callable
 from reltrain.data.schema import Record
 from reltrain.data.tokenize import Tokenized, Tokenizer
 from reltrain.data.vocab import UNK, Vocab
+from reltrain.data.lm import LMTokenizer
 
 
 @dataclass
@@ -34,8 +35,6 @@ def identity_encoder(data_cfg, vocab: list[str] | None, lm: dict | None) -> Text
     """Rebuild the encoder from what a checkpoint stores: a vocabulary, or a pretrained
     tokenizer's files (``lm``)."""
     if lm:
-        from reltrain.data.lm import LMTokenizer
-
         return text_encoder(data_cfg, lm=LMTokenizer.from_files(lm["files"], lm["types"],
                                                                  lm.get("added")))
     return text_encoder(data_cfg, Vocab(vocab))

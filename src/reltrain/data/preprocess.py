@@ -23,6 +23,8 @@ from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.runtime.errors import DataError, UserError, first_line
 from reltrain.data import build
+from reltrain.data.lm import TOKENIZER_FILES, LMTokenizer
+from reltrain.data.report import data_report
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,6 @@ def _tokenizer_id(data_cfg, lm) -> str:
     if lm is None:
         tokenizer = Tokenizer.from_config(data_cfg)
         return f"{tokenizer.kind}:lower={tokenizer.lowercase}"
-    from reltrain.data.lm import TOKENIZER_FILES
 
     digest = hashlib.sha256(f"{lm.markers}:{lm.add_chars}".encode())
     for name in TOKENIZER_FILES:
@@ -106,8 +107,6 @@ def prepare(data_cfg, progress: bool = False, lm=None, stop: Callable[[], None] 
         prepared = _built_in_child(data_cfg, path, progress, lm, workers, cache=not foreign,
                                    stop=stop)
     if lm is not None and prepared.lm is None:
-        from reltrain.data.lm import LMTokenizer
-
         saved = prepared.meta["lm"]
         prepared.lm = LMTokenizer.from_folder(lm.pretrained, saved["types"])
         prepared.lm.add_chars(saved["added"])
@@ -147,8 +146,6 @@ def _build_and_save(data_cfg, path: Path, progress: bool, lm_options, workers: i
 
 
 def _write_entry(data_cfg, folder: Path, spec: Spec, progress: bool, workers: int) -> None:
-    from reltrain.data.report import data_report
-
     files = {name: getattr(data_cfg, name) for name in SPLITS if getattr(data_cfg, name)}
     kind = "lm" if not spec.words else Tokenizer.from_config(data_cfg).kind
     given = read_labels(data_cfg.labels, data_cfg.encoding) if data_cfg.labels else None
@@ -243,8 +240,6 @@ def token_identity(prepared: Prepared) -> TokenIdentity:
 
 
 def _lm_tokenizer(data_cfg, options):
-    from reltrain.data.lm import LMTokenizer
-
     training = _TrainingRecords(data_cfg.train, data_cfg.encoding)
     # Entity types only from the training file's own head_type / tail_type columns.
     types = sorted({t for r in training for t in (r.head.type, r.tail.type) if t}) \

@@ -13,6 +13,7 @@ import torch
 
 from reltrain.data.schema import Annotated
 from reltrain.data.tokenize import Tokenizer
+from reltrain.data.dataset import Step, StepIndices
 
 
 @dataclass
@@ -229,8 +230,6 @@ class SpanDataset:
         return collate_spans([self.examples[i] for i in idx], idx, self.pad_id, self.relations)
 
     def __getitems__(self, indices):
-        from reltrain.data.dataset import Step, StepIndices
-
         if isinstance(indices, StepIndices):
             # the loss is per example: its normaliser is the global batch's size
             return Step([self.batch(m) for m in indices.micro],

@@ -12,6 +12,7 @@ from reltrain.data.dataset import RelationDataset
 from reltrain.evaluation.scoring import gathered_probs
 from reltrain.evaluation.metrics import (compute_metrics, multi_label_metrics,
                                         tune_label_thresholds)
+from reltrain.evaluation.span_decode import evaluate_spans
 
 
 def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels: list[str],
@@ -24,8 +25,6 @@ def evaluate(model: nn.Module, dataset: RelationDataset, batch_size: int, labels
     also the probabilities, (N, C) in the split's order. A model of several relations a pair
     answers each relation above its threshold; ``tune`` (validation) chooses them first."""
     if getattr(dataset, "task", "classify") == "extract":
-        from reltrain.evaluation.span_decode import evaluate_spans
-
         return evaluate_spans(model, dataset, batch_size, ctx, progress, desc, precision)
     probs = gathered_probs(model, dataset, batch_size, ctx, precision, progress, desc)
     gold = dataset.split.labels
