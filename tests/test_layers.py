@@ -158,3 +158,20 @@ def test_launcher_variables_are_read_only_by_the_distributed_module_and_the_laun
     assert set(readers) <= {"reltrain.runtime.distributed", "reltrain.runtime.launch"}, readers
     assert "RANK" in readers["reltrain.runtime.launch"]
     assert "SLURM_PROCID" in readers["reltrain.runtime.distributed"]
+
+
+def test_a_function_level_import_of_reltrain_says_why():
+    """Issue 45: reltrain's own code is imported at a module's top unless start-up (or a test
+    that replaces it) needs it later, and then a comment on or above the line says so."""
+    silent = []
+    for path in sorted(ROOT.rglob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        for node in ast.walk(ast.parse("\n".join(lines))):
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.ImportFrom) and (sub.module or "").startswith("reltrain"):
+                    said = "#" in lines[sub.end_lineno - 1] or lines[sub.lineno - 2].strip().startswith("#")
+                    if not said:
+                        silent.append(f"{path.relative_to(ROOT)}:{sub.lineno}")
+    assert not silent, silent

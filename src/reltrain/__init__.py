@@ -12,7 +12,7 @@ __all__ = ["__version__", "BatchModel", "UserError", "load", "train"]
 
 def __getattr__(name: str):
     if name == "BatchModel":  # imported on first use: importing reltrain stays light
-        from reltrain.inference.batch import BatchModel
+        from reltrain.inference.batch import BatchModel  # `import reltrain` stays light
 
         return BatchModel
     raise AttributeError(f"module 'reltrain' has no attribute {name!r}")
@@ -22,7 +22,7 @@ def load(path, device: str = "cpu", runtime: str = "torch", amp: str = "auto"):
     """A model folder (a checkpoint or an export) or a run directory, for prediction
     (``runtime="onnx"``: its ``model.onnx``): ``reltrain.load(path).predict_text(...)``, or for
     an extraction model ``reltrain.load(path).extract(text)``."""
-    from reltrain.inference.predictor import Predictor
+    from reltrain.inference.predictor import Predictor  # `import reltrain` stays light
 
     return Predictor.from_checkpoint(path, device=device, runtime=runtime, amp=amp)
 
@@ -38,10 +38,10 @@ def train(config=None, overrides=None) -> dict:
     """
     import json
 
-    from reltrain.commands.train import run_train
-    from reltrain.config.load import load_config
-    from reltrain.config.train import Config, dotted, to_dict
-    from reltrain.runtime.distributed import launched
+    from reltrain.commands.train import run_train  # `import reltrain` stays light
+    from reltrain.config.load import load_config  # `import reltrain` stays light
+    from reltrain.config.train import Config, dotted, to_dict  # `import reltrain` stays light
+    from reltrain.runtime.distributed import launched  # `import reltrain` stays light
 
     def items_of(mapping: dict) -> list[str]:  # JSON is YAML: each value reads back the same
         return [f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in dotted(mapping).items()]

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
                 else "")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}{hint}")
     args.argv = argv
-    from reltrain.runtime.logs import setup_console_logging
+    from reltrain.runtime.logs import setup_console_logging  # only the command that runs loads its code
 
     setup_console_logging(first_rank())
     try:
@@ -113,7 +113,7 @@ def _resume_hint(args, exc: Preempted) -> str:
 
     overrides = [o for o in args.overrides if not o.startswith("output_dir=")]
     devices = [o for o in overrides if o.startswith("devices=")]
-    from reltrain.runtime.distributed import launched
+    from reltrain.runtime.distributed import launched  # numpy, torch, tqdm only when used
 
     if launched() and not devices:
         return f"; to resume, run the same launch command with output_dir={exc.run_dir}"
@@ -126,7 +126,7 @@ def _resume_hint(args, exc: Preempted) -> str:
 def _starting():
     """Imports and set-up while a stop signal is only noted: raised inside an extension module's
     import, the exception left numpy half-loaded (an ImportError in a torchrun worker)."""
-    from reltrain.runtime.stops import StopRequest
+    from reltrain.runtime.stops import StopRequest  # only the command that runs loads its code
 
     with StopRequest() as stop:
         yield
@@ -137,11 +137,11 @@ def _dispatch(args) -> int:
     if args.command in ("train", "preprocess"):
         adopt_local_rank_flag(args.local_rank)
         with _starting():
-            from reltrain.config.load import load_config
-            from reltrain.runtime.distributed import launched
-            from reltrain.commands.preprocess import run_preprocess
-            from reltrain.commands.train import run_train
-            from reltrain.training.run_dir import new_run_dir
+            from reltrain.config.load import load_config  # only the command that runs loads its code
+            from reltrain.runtime.distributed import launched  # numpy, torch, tqdm only when used
+            from reltrain.commands.preprocess import run_preprocess  # numpy only when used
+            from reltrain.commands.train import run_train  # numpy, torch, tqdm only when used
+            from reltrain.training.run_dir import new_run_dir  # numpy, torch, tqdm only when used
 
             cfg = load_config(args.config, args.overrides)
             launch = args.command == "train" and cfg.devices > 1 and not launched()
@@ -163,9 +163,9 @@ def _dispatch(args) -> int:
     else:
         options = from_args(PredictOptions, args)
         with _starting():
-            from reltrain.commands.predict import run_predict
+            from reltrain.commands.predict import run_predict  # only the command that runs loads its code
         if options.devices > 1:  # distributed imports torch, which run_predict's helpers also do
-            from reltrain.runtime.distributed import launched
+            from reltrain.runtime.distributed import launched  # numpy, torch, tqdm only when used
 
             if not launched():
                 return run_local_workers(options.devices, args.argv)  # the workers see the launcher

@@ -32,18 +32,18 @@ def export_model(options: ExportOptions) -> Path:
     ``model.onnx``, written only if it agrees with PyTorch."""
     from torch import device as torch_device
 
-    from reltrain.inference.predictor import Predictor
+    from reltrain.inference.predictor import Predictor  # the export of the folder's task only
 
     source, out_dir, fmt = options.checkpoint, options.out_dir, options.format
     if fmt == "onnx":
-        from reltrain.inference.onnx import _require
+        from reltrain.inference.onnx import _require  # the export of the folder's task only
 
         _require("onnx")
         _require("onnxruntime")
     source = model_source(source)
     artifact = load_artifact(source)
     if artifact.config.task == "extract":
-        from reltrain.inference.extractor import Extractor
+        from reltrain.inference.extractor import Extractor  # the export of the folder's task only
 
         if fmt == "onnx":
             raise UserError(f"{source}: an extraction model exports as safetensors only (its "

@@ -42,7 +42,8 @@ def split_names(files: list[str]) -> dict[str, str]:
 
 def run_inspect(options: InspectOptions) -> dict:
     """Print the report (or its JSON) and return it."""
-    from reltrain.data.readers import read_labels
+    from reltrain.data.readers import read_labels  # loaded by cli at start-up: its work's code only when run
+    # loaded by cli at start-up: its work's code only when run
     from reltrain.data.report import data_report, report_lines
 
     if _extraction(options.files[0], options.encoding):
@@ -67,13 +68,13 @@ def run_inspect(options: InspectOptions) -> dict:
 
 def _extraction(path: str, encoding: str) -> bool:
     """A file of the extraction task (entities and relations of whole sentences)?"""
-    from reltrain.data.extraction import detect
+    from reltrain.data.extraction import detect  # loaded by cli at start-up: its work's code only when run
 
     kind = detect(path, encoding)
     if kind != "spert":
         return kind in ("pure", "duie", "reltrain")
-    from reltrain.data import formats
-    from reltrain.data.readers import read_lines
+    from reltrain.data import formats  # loaded by cli at start-up: its work's code only when run
+    from reltrain.data.readers import read_lines  # loaded by cli at start-up: its work's code only when run
 
     first = next(formats.tacred_rows(path, read_lines(path, encoding), lambda obj, p, n: obj), None)
     obj = first[1]() if first else None
@@ -81,6 +82,7 @@ def _extraction(path: str, encoding: str) -> bool:
 
 
 def _inspect_extraction(options: InspectOptions) -> dict:
+    # loaded by cli at start-up: its work's code only when run
     from reltrain.data.extraction_report import extraction_lines, extraction_report
 
     report = extraction_report(split_names(options.files), options.encoding)

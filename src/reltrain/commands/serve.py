@@ -23,8 +23,8 @@ def run_serve(options: ServeOptions) -> None:
         import uvicorn
     except ImportError:
         raise UserError("reltrain serve needs FastAPI and uvicorn: pip install 'reltrain[serve]'") from None
-    from reltrain.runtime.distributed import resolve_device
-    from reltrain.inference.predictor import Predictor
+    from reltrain.runtime.distributed import resolve_device  # numpy, torch, tqdm only when used
+    from reltrain.inference.predictor import Predictor  # numpy, torch, tqdm only when used
 
     o = options
     # Errors first, as one line: inside a worker's startup they would be uvicorn's traceback.

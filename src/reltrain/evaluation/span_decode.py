@@ -17,6 +17,8 @@ import torch
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.spans import SpanBatch
 from reltrain.runtime.precision import FP32
+from reltrain.data.dataset import eval_batches
+from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 
 MAX_MENTIONS = 30  # mentions scored as pairs per sentence: its pairs grow with the square
 THRESHOLDS = np.round(np.arange(0.05, 0.951, 0.05), 2)  # what tuning chooses a relation's from
@@ -210,8 +212,6 @@ def gathered_answers(model, dataset, batch_size: int, ctx, precision=None,
     process's exactly. ``model`` unwrapped."""
     from tqdm.auto import tqdm
 
-    from reltrain.data.dataset import eval_batches
-
     batches = eval_batches(dataset.lengths, batch_size)
     mine = batches[ctx.rank::ctx.world_size] if ctx.distributed else batches
     was_training = model.training
@@ -233,8 +233,6 @@ def evaluate_spans(model, dataset, batch_size: int, ctx, progress: bool = False,
     """The extraction scores of ``model`` on a gold split, identical on every rank; where the
     split is the one that tunes (validation), every relation's threshold is chosen first and
     kept in ``model.thresholds`` (the same on every rank: the answers are gathered)."""
-    from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
-
     if dataset.tune:
         answers = gathered_answers(model, dataset, batch_size, ctx, precision, progress, desc,
                                    floor=float(THRESHOLDS[0]))

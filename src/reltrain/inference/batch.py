@@ -23,7 +23,7 @@ class BatchModel:
     @property
     def model(self):
         if self._model is None:
-            from reltrain.inference.predictor import Predictor
+            from reltrain.inference.predictor import Predictor  # numpy, torch, tqdm only when used
 
             self._model = Predictor.from_checkpoint(self.path, device=self.device, amp=self.amp)
         return self._model

@@ -21,6 +21,8 @@ from reltrain.evaluation.span_decode import Answer, gathered_answers
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.data.lm import LMTokenizer
+from reltrain.models.spans import build_span_model
+from reltrain.runtime.distributed import DistContext
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,6 @@ class Extractor:
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: torch.device,
                       amp: str = "auto") -> "Extractor":
-        from reltrain.models.spans import build_span_model
-
         cfg = artifact.config
         vocab_size = len(artifact.vocab) if artifact.vocab else None
         if vocab_size is None:  # the tokenizer's size, as the run that trained it had it
@@ -83,8 +83,6 @@ class Extractor:
 
     def answers(self, sentences: list[Annotated], batch_size: int = 32, ctx=None) -> list[Answer]:
         """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
-        from reltrain.runtime.distributed import DistContext
-
         ctx = ctx or DistContext(device=self.device)
         for s in sentences:  # --text, BatchModel and the API come here unread by a file reader
             if not isinstance(s.text, str) or not s.text.strip() or len(s.text) > MAX_CHARS:

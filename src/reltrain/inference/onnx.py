@@ -76,7 +76,7 @@ def export_onnx(model: nn.Module, example: dict[str, torch.Tensor], path: Path, 
 def _check_self_contained(path: Path) -> None:
     """``path`` is a regular file inside its folder (no link) whose tensors are all inside it:
     ONNX lets a tensor name an external file by path, which onnxruntime would read."""
-    from reltrain.artifacts.model_folder import member_path
+    from reltrain.artifacts.model_folder import member_path  # torch, the config: only when used
 
     _require("onnx")
     import onnx

@@ -49,7 +49,7 @@ def load(path: str, runtime: str, amp: str):
     """A helper's own predictor, which it keeps and passes to each call."""
     import torch
 
-    from reltrain.inference.predictor import Predictor
+    from reltrain.inference.predictor import Predictor  # numpy, torch, tqdm only when used
 
     torch.set_num_threads(1)  # one process per core does the parallel work
     predictor = Predictor.from_checkpoint(path, device="cpu", runtime=runtime, amp=amp)

@@ -58,6 +58,7 @@ class Predictor:
         if artifact.config.task == "extract":  # entities and relations of raw text
             if runtime == "onnx":
                 raise UserError(f"{path}: an extraction model runs in torch only (--runtime torch)")
+            # only on its path (extraction, ONNX, a misfit check)
             from reltrain.inference.extractor import Extractor
 
             return Extractor.from_artifact(artifact, str(path), device, amp)
@@ -144,7 +145,7 @@ class Predictor:
         """Why the model may not read these texts (another script than it was trained on, or
         mostly tokens it does not know), to warn with; None when they look like its data. It
         looks at the first rows only: a cost once per run, not per row."""
-        from reltrain.data.preprocess import cjk_share
+        from reltrain.data.preprocess import cjk_share  # only on its path (extraction, ONNX, a misfit check)
 
         sample = items[:256]
         if not any(item.text.strip() for item in sample):
@@ -208,6 +209,7 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _onnx_model(path: Path, device: torch.device):
+    # only on its path (extraction, ONNX, a misfit check)
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel
 
     if not (path / ONNX_FILE).is_file():

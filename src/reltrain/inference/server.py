@@ -50,7 +50,7 @@ def create_app(options: ServeOptions):
 def _extracting(model: str) -> bool:
     """Whether ``model`` is an extraction model, from its config alone (the weights load once,
     in the lifespan)."""
-    from reltrain.artifacts.model_folder import model_task
+    from reltrain.artifacts.model_folder import model_task  # numpy, torch, tqdm only when used
 
     return model_task(model) == "extract"
 
@@ -64,7 +64,7 @@ def _lifespan(options: ServeOptions, state: dict, metrics, in_flight: set):
     async def lifespan(app):
         import torch
 
-        from reltrain.inference.predictor import Predictor
+        from reltrain.inference.predictor import Predictor  # numpy, torch, tqdm only when used
 
         torch.set_num_threads(options.threads or torch.get_num_threads())
         _drain_on_stop(state)
@@ -198,6 +198,7 @@ def _add_predict(app, state: dict, options: ServeOptions, extracting: bool) -> N
             if extracting:
                 results = await state["batcher"].predict(parsed.items, k)
             else:
+                # numpy, torch, tqdm only when used
                 from reltrain.inference.predictor import expand, group_results
 
                 groups = expand(parsed.items)

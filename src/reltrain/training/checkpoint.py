@@ -39,7 +39,7 @@ class Checkpointer:
         rank_states = self.ctx.all_gather_objects(rank_state(progress))
         if not self.ctx.is_main:
             return
-        from reltrain.runtime import distributed as D
+        from reltrain.runtime import distributed as D  # torch.distributed only when used
 
         model = Artifact(**self.model_part, weights=D.unwrap(self.model).state_dict(),
                          best=best_metric(state.best), test=None)

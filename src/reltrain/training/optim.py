@@ -9,6 +9,8 @@ import torch
 import torch.nn as nn
 
 from reltrain.runtime.errors import UserError
+from reltrain.runtime.distributed import unwrap
+from reltrain.models.spans import span_loss
 
 
 class Optimizers:
@@ -114,8 +116,6 @@ def sparse_embedding(setting: str, model: nn.Module, train_cfg, ctx) -> tuple[nn
     Adam touches every row of the embedding at every step, used or not, so a step's cost grows
     with the vocabulary; SparseAdam updates the rows the step used. NCCL has no sparse all-reduce,
     so ``auto`` keeps GPUs dense: one GPU and many then train alike."""
-    from reltrain.runtime.distributed import unwrap
-
     word = getattr(getattr(unwrap(model), "embed", None), "word", None)
     if setting == "false":
         return None, "dense embedding updates (train.sparse_embeddings=false)"
@@ -258,8 +258,6 @@ class SpanLoss(nn.Module):
         return torch.tensor(float(len(labels)))
 
     def forward(self, out, batch, normaliser) -> torch.Tensor:
-        from reltrain.models.spans import span_loss
-
         span_logits, pair_logits = out
         return span_loss(span_logits.float(), pair_logits.float(), batch, normaliser,
                          self.entity_weight)
