@@ -42,9 +42,9 @@ def split_names(files: list[str]) -> dict[str, str]:
 
 def run_inspect(options: InspectOptions) -> dict:
     """Print the report (or its JSON) and return it."""
-    from reltrain.data.readers import read_labels  # loaded by cli at start-up: its work's code only when run
-    # loaded by cli at start-up: its work's code only when run
-    from reltrain.data.report import data_report, report_lines
+    # cli imports this module at start-up; the readers and numpy's report only when it runs
+    from reltrain.data.readers import read_labels
+    from reltrain.data.report import data_report, report_lines  # (the comment above)
 
     if _extraction(options.files[0], options.encoding):
         return _inspect_extraction(options)
@@ -73,8 +73,9 @@ def _extraction(path: str, encoding: str) -> bool:
     kind = detect(path, encoding)
     if kind != "spert":
         return kind in ("pure", "duie", "reltrain")
-    from reltrain.data import formats  # loaded by cli at start-up: its work's code only when run
-    from reltrain.data.readers import read_lines  # loaded by cli at start-up: its work's code only when run
+    # cli imports this module at start-up: the readers only when it runs
+    from reltrain.data import formats
+    from reltrain.data.readers import read_lines  # (the comment above)
 
     first = next(formats.tacred_rows(path, read_lines(path, encoding), lambda obj, p, n: obj), None)
     obj = first[1]() if first else None

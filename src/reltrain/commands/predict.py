@@ -15,6 +15,7 @@ from reltrain.data.readers import STDIN, iter_rows
 from reltrain.runtime.errors import SharedUserError, UserError, DataError
 from reltrain.inference import pool
 from reltrain.runtime.output import check_output, output_stream
+from reltrain.runtime.logs import progress_enabled
 from reltrain.config.commands import PredictOptions
 from reltrain.runtime.launch import local_processes
 from reltrain.runtime.stops import StopRequest
@@ -42,7 +43,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     o = options or PredictOptions(checkpoint, data, text, head, tail, head_offset, tail_offset,
                                   output=output, **settings)
     check_output(o.output, (o.data, o.checkpoint))
-    # only the path taken (classify or extract) loads its code
+    # torch: not before the helpers are started
     from reltrain.artifacts.model_folder import model_task
 
     extracting = model_task(o.checkpoint) == "extract"
@@ -68,7 +69,7 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
 def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
              stop: StopRequest) -> int:
     from reltrain.runtime import distributed as D  # torch only once the helpers have started
-    # only the path taken (classify or extract) loads its code
+    # torch: not before the helpers are started
     from reltrain.inference.predictor import make_record
 
     ctx = D.setup(o.device, DistConfig())
@@ -84,7 +85,7 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
             raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
                                   f"model's relations), not {o.top_k}")
         if o.data is None and extracting:  # --text: a chunk of one sentence
-            # only the path taken (classify or extract) loads its code
+            # the extraction readers: for an extraction model only
             from reltrain.data.extraction import Parsed
 
             chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
@@ -116,9 +117,6 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
     """The chunks' lines to ``o.output`` (renamed into place at the end) or stdout, in order,
     with a progress bar; returns how many lines were written."""
     from tqdm.auto import tqdm
-
-    # only the path taken (classify or extract) loads its code
-    from reltrain.runtime.logs import progress_enabled
 
     written, bad = 0, 0
     # The bar counts what is written, so under torchrun it covers every rank's rows.
@@ -178,7 +176,7 @@ def _row_chunks(o: PredictOptions, stop: StopRequest, extracting: bool) -> Itera
     (``build``) is part of a chunk's work, done by whichever process predicts or tokenizes it.
     ``extracting``: sentences (raw text, or any gold format with its labels ignored)."""
     if extracting:
-        # only the path taken (classify or extract) loads its code
+        # the extraction readers: for an extraction model only
         from reltrain.data.extraction import iter_annotated
 
         rows = iter_annotated(o.data, o.encoding, False, "text" if o.data == STDIN else None)
@@ -223,7 +221,7 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
 
 def load_predictor(o, ctx: D.DistContext) -> Predictor:
     """The model of ``o.checkpoint`` on this rank's device; rank 0 logs its precision."""
-    # only the path taken (classify or extract) loads its code
+    # torch: not before the helpers are started
     from reltrain.inference.predictor import Predictor
 
     predictor = Predictor.from_checkpoint(o.checkpoint, device=ctx.device, runtime=o.runtime,

@@ -307,8 +307,7 @@ def _score_test(cfg, ctx, parts: _Parts, state, labels, run_dir, progress, summa
     if ctx.is_main and cfg.task == "extract":
         extract.write_test_answers(run_dir, test_set, probs)
     elif ctx.is_main:
-        thresholds = model.thresholds.cpu().numpy() if model.multi_label else None
-        _write_test_predictions(cfg, run_dir, Answering(labels, negative, thresholds), probs)
+        _write_test_predictions(cfg, run_dir, Answering.of(model, labels, negative), probs)
 
 
 def _write_test_predictions(cfg: Config, run_dir: Path, answering: Answering, probs) -> None:
@@ -383,7 +382,6 @@ def _print_summary(summary: dict) -> None:
             if b:
                 lines.append(f"  best valid {name}: {b['value']:.4f} at epoch {b['epoch']}")
     if "test" in summary and "per_relation" in summary["test"]:  # task=extract
-
         lines += [format_extraction(summary["test"]),
                   f"test (best checkpoint): {extraction_headline(summary['test'])}"]
     elif "test" in summary:

@@ -38,8 +38,8 @@ class Predictor:
         self.label_index = {name: i for i, name in enumerate(labels)}
         # several relations a pair: each answered above its threshold (None: the top one)
         self.multi_label = bool(getattr(model, "multi_label", False))
-        self.answering = Answering(labels, negative_index(config.eval.negative_label, labels),
-                                   model.thresholds.cpu().numpy() if self.multi_label else None)
+        self.answering = Answering.of(model, labels,
+                                      negative_index(config.eval.negative_label, labels))
         self.card: dict = {}  # the model card's metrics ("test", "best"), when it has them
         # Tokens one example may have; None: any. Truncation keeps both entities whole, so two
         # entities far apart make an example longer than data.max_len: a server refuses those.
@@ -58,7 +58,7 @@ class Predictor:
         if artifact.config.task == "extract":  # entities and relations of raw text
             if runtime == "onnx":
                 raise UserError(f"{path}: an extraction model runs in torch only (--runtime torch)")
-            # only on its path (extraction, ONNX, a misfit check)
+            # torch's span model and the pretrained tokenizer: for an extraction folder only
             from reltrain.inference.extractor import Extractor
 
             return Extractor.from_artifact(artifact, str(path), device, amp)
@@ -145,7 +145,7 @@ class Predictor:
         """Why the model may not read these texts (another script than it was trained on, or
         mostly tokens it does not know), to warn with; None when they look like its data. It
         looks at the first rows only: a cost once per run, not per row."""
-        from reltrain.data.preprocess import cjk_share  # only on its path (extraction, ONNX, a misfit check)
+        from reltrain.data.preprocess import cjk_share  # the cache's code: a check's only need
 
         sample = items[:256]
         if not any(item.text.strip() for item in sample):
@@ -209,7 +209,7 @@ def _device(device: str | torch.device) -> torch.device:
 
 
 def _onnx_model(path: Path, device: torch.device):
-    # only on its path (extraction, ONNX, a misfit check)
+    # onnxruntime's wrapper: for --runtime onnx only
     from reltrain.inference.onnx import ONNX_FILE, OnnxModel
 
     if not (path / ONNX_FILE).is_file():
@@ -234,6 +234,12 @@ class Answering:
     labels: list[str]
     negative: int | None = None
     thresholds: np.ndarray | None = None
+
+    @classmethod
+    def of(cls, model, labels: list[str], negative: int | None) -> "Answering":
+        """The answering of ``model``: its thresholds where it gives several relations a pair."""
+        several = getattr(model, "multi_label", False)
+        return cls(labels, negative, model.thresholds.cpu().numpy() if several else None)
 
 
 def result_rows(records: list[Record], probs: np.ndarray | None, answering: Answering,
