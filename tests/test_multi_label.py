@@ -282,3 +282,12 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(full, tmp_path
         line = user_error(run_cli("predict", str(folder), "--text", "Ann met Bo .", "--head",
                                   "Ann", "--tail", "Bo"))
         assert "weights do not fit a cnn model" in line and "(thresholds: " in line
+
+
+def test_multi_label_takes_only_its_three_values(tmp_path):
+    from reltrain.config.load import load_config
+
+    for value in ("true", "false", "auto", "True"):
+        assert load_config(None, [f"model.multi_label={value}"]).model.multi_label == value.lower()
+    with pytest.raises(UserError, match="model.multi_label must be auto, true or false, not 'maybe'"):
+        load_config(None, ["model.multi_label=maybe"])

@@ -86,3 +86,22 @@ def test_a_bad_types_file_or_name_is_one_line(data, tmp_path):
                                  f"output_dir={tmp_path / 'b'}"))
     assert message == (f"reltrain: error: {bad}: field 'relations.Married': expected an object "
                        f"whose \"symmetric\" is true or false")
+
+
+@pytest.mark.parametrize("content, why", [
+    ("{not json", "not JSON"),
+    ("[1, 2]", "expected a SpERT types file"),
+    ('{"relations": ["Married"]}', "expected a SpERT types file"),
+    ('{"relations": {"Married": true}}', "\"symmetric\" is true or false"),
+    ("x" * (1 << 20) + "x", "more than 1048576 bytes"),
+])
+def test_a_hostile_types_file_is_one_data_error(tmp_path, content, why):
+    from reltrain.data.extract_prepare import read_symmetric
+    from reltrain.runtime.errors import DataError
+
+    path = tmp_path / "types.json"
+    path.write_text(content)
+    with pytest.raises(DataError) as err:
+        read_symmetric(str(path))
+    assert str(err.value).startswith(str(path)) and why in str(err.value)
+    assert "\n" not in str(err.value)
