@@ -258,6 +258,22 @@ def test_a_model_of_one_relation_echoes_a_list_and_refuses_to_score_it(model, tm
                        f"each pair one (it was trained with model.multi_label=false)")
 
 
+def test_an_empty_list_is_the_negative_label_when_scored_as_in_training(model, tmp_path):
+    """Training with model.multi_label=false reads ``[]`` as the negative label
+    (``Split.with_labels``); evaluate and predict read it so too."""
+    import reltrain
+
+    row = {"text": "Alice Moreau was born in Dunmore .", "h": {"name": "Alice Moreau", "pos": [0, 12]},
+           "t": {"name": "Dunmore", "pos": [25, 32]}, "relation": []}
+    path = tmp_path / "none.jsonl"
+    path.write_text(json.dumps(row) + "\n" + json.dumps({**row, "relation": "born_in"}) + "\n")
+    text = ok(run_cli("evaluate", str(model), str(path))).stdout
+    metrics = json.loads(text[text.index("{"):])
+    assert metrics["num_examples"] == 2 and metrics["per_class"]["no_relation"]["support"] == 1
+    answer = reltrain.load(str(model)).predict_rows([row])[0]
+    assert answer["gold"] == [] and answer["relation"] in reltrain.load(str(model)).labels
+
+
 def test_inspect_counts_the_rows_of_several_relations(odd):
     out = ok(run_cli("inspect", odd["train"], odd["valid"])).stdout
     several = sum(len(json.loads(line)["relation"]) > 1 for line in open(odd["train"])

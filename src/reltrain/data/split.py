@@ -85,12 +85,12 @@ class Split:
 
 
 def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[str, int],
-                   max_len: int, multi: bool = False,
-                   strict: bool = True) -> tuple[Split, list[list]]:
+                   max_len: int, multi: bool = False, strict: bool = True,
+                   negative: int | None = None) -> tuple[Split, list[list]]:
     """Tokenize and index records, with each one's tokens; ``to_ids`` None: ids later, once a
     vocabulary exists; ``multi``: labels as one 0/1 row per label (a list of relations).
-    ``strict``: a list of other than one relation for a model of one is an error (scoring),
-    else no label (prediction only echoes it)."""
+    ``strict``: a list a model of one relation cannot score is an error (scoring), else no
+    label (prediction only echoes it); an empty list is the ``negative`` label, as in training."""
     tokenized = [tokenize(rec, max_len) for rec in records]
     all_tokens = [tok.tokens for tok in tokenized]
     lengths = np.array([len(t) for t in all_tokens], dtype=np.int64)
@@ -100,13 +100,13 @@ def encode_records(records: list[Record], tokenize, to_ids, label_index: dict[st
         offsets=np.concatenate([[0], np.cumsum(lengths)]).astype(np.int64),
         head=np.asarray([tok.head for tok in tokenized], dtype=np.int32).reshape(-1, 2),
         tail=np.asarray([tok.tail for tok in tokenized], dtype=np.int32).reshape(-1, 2),
-        labels=_labels(records, label_index, multi, strict),
+        labels=_labels(records, label_index, multi, strict, negative),
     )
     return split, all_tokens
 
 
 def _labels(records: list[Record], label_index: dict[str, int], multi: bool,
-            strict: bool) -> np.ndarray:
+            strict: bool, negative: int | None) -> np.ndarray:
     if multi:
         labels = np.zeros((len(records), len(label_index)), dtype=np.uint8)
         for i, rec in enumerate(records):
@@ -115,8 +115,9 @@ def _labels(records: list[Record], label_index: dict[str, int], multi: bool,
     out = np.full(len(records), -1, dtype=np.int64)
     for i, rec in enumerate(records):
         names = relation_names(rec.relation)
-        if rec.relation is not None and len(names) != 1 and strict:
+        none = rec.relation is not None and not names and negative is not None
+        if rec.relation is not None and len(names) != 1 and not none and strict:
             raise UserError(f"{rec.source}: relation: {len(names)} relations, but this model "
                             f"gives each pair one (it was trained with model.multi_label=false)")
-        out[i] = label_index.get(names[0], -1) if len(names) == 1 else -1
+        out[i] = negative if none else label_index.get(names[0], -1) if len(names) == 1 else -1
     return out

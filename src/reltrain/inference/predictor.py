@@ -110,7 +110,8 @@ class Predictor:
             return Encoded(groups, records, None)
         enc = self.encoder
         split, _ = encode_records(records, enc.tokenize, enc.to_ids, self.label_index,
-                                  self.config.data.max_len, self.multi_label, scored)
+                                  self.config.data.max_len, self.multi_label, scored,
+                                  self.answering.negative)
         if self.max_tokens is not None:
             lengths = np.diff(split.offsets)
             over = np.flatnonzero(lengths > self.max_tokens)
