@@ -26,7 +26,11 @@ from reltrain.runtime.distributed import DistContext
 
 log = logging.getLogger(__name__)
 
-CHUNK = 256  # sentences encoded and answered at a time (a rank's share under torchrun)
+# Sentences encoded and answered at a time (a rank's share under torchrun), and a batch of
+# them: sorted by length within a chunk of 1,024, batches of 128 pad little and give the BiLSTM
+# bigger products (DuIE tagger, one thread: 0.82 ms a sentence against 0.97 at 256 and 32).
+CHUNK = 1024
+BATCH = 128
 
 
 class Extractor:
@@ -81,7 +85,7 @@ class Extractor:
         names = () if setting == "auto" else setting.split(",")
         return frozenset(n for n in names if n in self.labels)
 
-    def answers(self, sentences: list[Annotated], batch_size: int = 32, ctx=None) -> list[Answer]:
+    def answers(self, sentences: list[Annotated], batch_size: int = BATCH, ctx=None) -> list[Answer]:
         """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
         ctx = ctx or DistContext(device=self.device)
         for s in sentences:  # --text, BatchModel and the API come here unread by a file reader
@@ -101,7 +105,7 @@ class Extractor:
         answer = self.answers([Annotated(text, (), (), "<text>")])[0]
         return sentence_json(answer.sentence, answer)
 
-    def extract_rows(self, sentences, batch_size: int = 32):
+    def extract_rows(self, sentences, batch_size: int = BATCH):
         """Answers (as JSON objects) of any number of sentences, a chunk at a time, in order."""
         it = iter(sentences)
         while chunk := list(islice(it, CHUNK)):
