@@ -105,6 +105,15 @@ def test_onnx_answers_as_torch_does(full, tmp_path):
         answers[runtime] = [[a["relation"] for a in row["relations"]]
                             for row in read_jsonl(tmp_path / f"{runtime}.jsonl")]
     assert answers["onnx"] == answers["torch"]
+    # the graph gives logits: a folder whose weights lost the thresholds cannot answer lists
+    from safetensors.torch import load_file, save_file
+
+    weights = load_file(tmp_path / "m/model.safetensors")
+    save_file({k: v for k, v in weights.items() if k != "thresholds"}, tmp_path / "m/model.safetensors")
+    message = user_error(run_cli("predict", str(tmp_path / "m"), full["data"]["test"],
+                                 "--runtime", "onnx"))
+    assert message == (f"reltrain: error: {tmp_path / 'm'}: model.safetensors has no relation "
+                       f"thresholds, which config.json's model.multi_label=true needs")
 
 
 @pytest.fixture(scope="module")
