@@ -265,8 +265,9 @@ def test_a_tagger_trains_predicts_and_loads_as_the_span_model_does(tmp_path, cap
     import reltrain
 
     out = tmp_path / "tags"
-    assert main(["train", "task=extract", "extract.mentions=tags", "train.epochs=5",
-                 "log.progress=false", f"output_dir={out}"]) == 0
+    # with the units' shapes (extract.shapes, as configs/conll04-minilm.yaml): the folder keeps them
+    assert main(["train", "task=extract", "extract.mentions=tags", "extract.shapes=true",
+                 "train.epochs=5", "log.progress=false", f"output_dir={out}"]) == 0
     assert "mentions decoded flat (tagged)" in (out / "train.log").read_text()
     test = json.loads((out / "summary.json").read_text())["test"]
     assert test["entities_f1"] > 0.9 and test["relations_strict_f1"] > 0.6
@@ -277,8 +278,9 @@ def test_a_tagger_trains_predicts_and_loads_as_the_span_model_does(tmp_path, cap
     assert answer == reltrain.load(str(out)).extract(text)
     assert {(e["text"], e["type"]) for e in answer["entities"]} == {("Hugo Moreau", "person"),
                                                                      ("Jonas Abara", "person")}
-    assert json.loads((out / "checkpoints/best/config.json").read_text())[
-        "reltrain_config"]["extract"]["mentions"] == "tags"
+    extract = json.loads((out / "checkpoints/best/config.json").read_text())["reltrain_config"][
+        "extract"]
+    assert extract["mentions"] == "tags" and extract["shapes"] is True
 
 
 def test_the_report_shows_figures_per_type_and_the_wrong_sentences(one, tmp_path):

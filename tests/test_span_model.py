@@ -11,12 +11,13 @@ import torch
 
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.extract_prepare import resolve_overlap
-from reltrain.data.spans import SpanDataset, SpanEncoder, candidate_spans, collate_spans
+from reltrain.data.spans import (SpanDataset, SpanEncoder, candidate_spans, collate_spans,
+                                 unit_shape)
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 from reltrain.evaluation.span_decode import _without_overlaps, decode, tagged_mentions
-from reltrain.models.spans import RangeMax, SpanRelationModel, WordEncoder, span_loss
+from reltrain.models.spans import SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss
 
 TYPES, RELATIONS = ["Org", "Peop"], ["Kill", "Work_For"]
 
@@ -33,10 +34,38 @@ def sentences() -> list[Annotated]:
                 [(0, 1, "Work_For")])]
 
 
-def encoder(data, tags: bool = False) -> tuple[SpanEncoder, Vocab]:
+def encoder(data, tags: bool = False, shapes: bool = False) -> tuple[SpanEncoder, Vocab]:
     tokenizer = Tokenizer("word")
     vocab = Vocab.build([[p[0] for p in tokenizer.pieces(s.text, set())] for s in data], 1)
-    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags), vocab
+    return SpanEncoder(tokenizer, TYPES, RELATIONS, 3, 100, to_ids=vocab.encode, tags=tags,
+                       shapes=shapes), vocab
+
+
+def test_a_unit_s_shape_is_what_lower_casing_loses():
+    words = ["the", "John", "A", "IBM", "U.S.", "1990", "iPhone", ",", "北京"]
+    assert [unit_shape(w) for w in words] == [1, 2, 2, 3, 3, 4, 5, 6, 6]
+    assert max(unit_shape(w) for w in words) < SHAPES  # the model's embedding has a row each
+
+
+def test_shapes_start_at_zero_and_then_tell_a_name_from_a_word():
+    """extract.shapes: the batch carries each unit's shape (0 past its end); the model adds its
+    embedding to the unit's state, nothing at first."""
+    data = sentences()
+    enc, vocab = encoder(data, shapes=True)
+    batch = collate_spans([enc(s) for s in data], list(range(len(data))), 0, len(RELATIONS))
+    assert batch.shapes[0].tolist() == [2, 2, 1, 1, 2, 6, 0]  # "Ann Lee works for Acme ." padded
+    torch.manual_seed(0)
+    plain = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS), 3)
+    shaped = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS),
+                               3, shapes=SHAPES)
+    shaped.load_state_dict({**plain.state_dict(), "shape.weight": shaped.shape.weight})
+    args = (batch.ids, batch.mask, batch.first, batch.unit_mask)
+    with torch.no_grad():
+        torch.testing.assert_close(shaped.units(*args, shapes=batch.shapes), plain.units(*args))
+        torch.nn.init.normal_(shaped.shape.weight)
+        states = shaped.units(*args, shapes=batch.shapes)
+        assert not torch.allclose(states, plain.units(*args))
+        assert not states[0, 6:].any()  # padding stays zero
 
 
 def test_range_max_is_the_plain_max():

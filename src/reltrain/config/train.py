@@ -248,6 +248,9 @@ class ExtractConfig:
                                   "none without one; the model folder keeps them")
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
+    shapes: bool = _opt(False, "task=extract: each unit's shape (lower case, capitalised, "
+                               "capitals, digits, mixed, other) is added to its state: the "
+                               "capitals a lowercasing encoder (MiniLM's) never sees")
 
 
 @dataclass

@@ -55,7 +55,8 @@ def span_encoder(cfg, entity_types, relations, vocab=None, lm=None,
                                           else vocab.encode)
     return SpanEncoder(unit_tokenizer(cfg.data), entity_types, relations, cfg.extract.max_width,
                        cfg.data.max_len, to_ids=to_ids, lm=lm,
-                       tags=cfg.extract.mentions == "tags", symmetric=symmetric)
+                       tags=cfg.extract.mentions == "tags", symmetric=symmetric,
+                       shapes=cfg.extract.shapes)
 
 
 def prepare_spans(cfg) -> PreparedSpans:
@@ -196,4 +197,6 @@ def _key(files: dict, cfg) -> str:
                         Path(cfg.model.lm.pretrained).name)).encode())
     if cfg.extract.symmetric != "auto":  # the keys of runs from before the option stay
         digest.update(cfg.extract.symmetric.encode())
+    if cfg.extract.shapes:  # likewise
+        digest.update(b"shapes")
     return digest.hexdigest()[:16]

@@ -28,6 +28,7 @@ class SpanExample:
     lost: int = 0  # gold entities no candidate span is (off unit edges, wider than W, cut off)
     tags: np.ndarray | None = None  # (U,) with extract.mentions=tags: 0 outside, 2t-1 / 2t
     # the first / a later unit of a mention of type t (from 1); -100 where a sentence is unlabelled
+    shapes: np.ndarray | None = None  # (U,) with extract.shapes: each unit's ``unit_shape``
 
 
 class SpanEncoder:
@@ -36,8 +37,8 @@ class SpanEncoder:
 
     def __init__(self, tokenizer: Tokenizer, entity_types: list[str], relations: list[str],
                  max_width: int, max_units: int, to_ids=None, lm=None, tags: bool = False,
-                 symmetric: frozenset[str] = frozenset()):
-        self.tokenizer, self.to_ids, self.lm = tokenizer, to_ids, lm
+                 symmetric: frozenset[str] = frozenset(), shapes: bool = False):
+        self.tokenizer, self.to_ids, self.lm, self.shapes = tokenizer, to_ids, lm, shapes
         self.symmetric = symmetric  # relations labelled in both orders
         # tags: the units are tagged, and the only spans are the gold mentions (for their pairs)
         self.tags = tags
@@ -60,6 +61,8 @@ class SpanEncoder:
         ids, first = self._ids(sentence.text, pieces)
         pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
         units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
+        shapes = (np.array([unit_shape(p[0]) for p in pieces], dtype=np.int64) if self.shapes
+                  else None)
         if not (labelled and sentence.entities):
             spans = (np.zeros((0, 2), dtype=np.int64) if self.tags
                      else candidate_spans(len(pieces), self.max_width))
@@ -67,7 +70,8 @@ class SpanEncoder:
                     else None)
             return SpanExample(ids, first, units, spans, np.zeros(len(spans), dtype=np.int64),
                                np.zeros((0, 2), dtype=np.int64),
-                               np.zeros((0, len(self.relations)), dtype=np.float32), 0, tags)
+                               np.zeros((0, len(self.relations)), dtype=np.float32), 0, tags,
+                               shapes)
         starts = {s: i for i, (_, s, _) in enumerate(pieces)}
         ends = {e: i + 1 for i, (_, _, e) in enumerate(pieces)}
         if self.tags:
@@ -103,7 +107,8 @@ class SpanEncoder:
         if self.tags:
             tags, untagged = unit_tags(len(units), spans, span_labels)
             lost += untagged
-        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost, tags)
+        return SpanExample(ids, first, units, spans, span_labels, pairs, pair_labels, lost, tags,
+                           shapes)
 
     def _ids(self, text: str, pieces) -> tuple[np.ndarray, np.ndarray]:
         if self.lm is None:
@@ -121,6 +126,20 @@ class SpanEncoder:
         last = int(first[-1]) + 1 if len(first) else 0
         ids = np.array(prefix + list(enc["input_ids"][:last]) + suffix, dtype=np.int64)
         return ids, first + len(prefix)
+
+
+def unit_shape(text: str) -> int:
+    """1 lower case, 2 capitalised, 3 capitals, 4 with a digit, 5 mixed case, 6 other
+    (punctuation, or a script without case, such as Chinese)."""
+    if any(c.isdigit() for c in text):
+        return 4
+    if not any(c.isalpha() and c.lower() != c.upper() for c in text):
+        return 6
+    if text.islower():
+        return 1
+    if text.isupper():
+        return 3 if len(text) > 1 else 2
+    return 2 if text[0].isupper() and text[1:].islower() else 5
 
 
 def unit_tags(units: int, spans: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, int]:
@@ -158,11 +177,12 @@ class SpanBatch:
     pair_labels: torch.Tensor  # (M, R)
     index: torch.Tensor  # (B,) position of each example in its split
     tags: torch.Tensor  # (B, U) the units' tags (extract.mentions=tags), -100 where none
+    shapes: torch.Tensor  # (B, U) the units' shapes (extract.shapes), 0 where none
 
     def inputs(self) -> dict[str, torch.Tensor]:
         return {"ids": self.ids, "mask": self.mask, "first": self.first,
                 "unit_mask": self.unit_mask, "span_batch": self.span_batch, "spans": self.spans,
-                "pairs": self.pairs}
+                "pairs": self.pairs, "shapes": self.shapes}
 
     def to(self, device, non_blocking: bool = False) -> "SpanBatch":
         return SpanBatch(**{f.name: getattr(self, f.name).to(device, non_blocking=non_blocking)
@@ -185,9 +205,12 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
     lengths = np.array([len(x.ids) for x in examples])
     units = np.array([len(x.first) for x in examples])
     tags = np.full((b, u), -100, dtype=np.int64)
+    shapes = np.zeros((b, u), dtype=np.int64)
     for i, x in enumerate(examples):
         if x.tags is not None:
             tags[i, :len(x.tags)] = x.tags
+        if x.shapes is not None:
+            shapes[i, :len(x.shapes)] = x.shapes
     offsets = np.cumsum([0] + [len(x.spans) for x in examples])[:-1]
     pairs = [x.pairs + off for x, off in zip(examples, offsets)]
     return SpanBatch(
@@ -198,7 +221,7 @@ def collate_spans(examples: list[SpanExample], index: list[int], pad_id: int,
         torch.from_numpy(cat([x.span_labels for x in examples], (0,), np.int64)),
         torch.from_numpy(cat(pairs, (0, 2), np.int64)),
         torch.from_numpy(cat([x.pair_labels for x in examples], (0, relations), np.float32)),
-        torch.tensor(index, dtype=torch.int64), torch.from_numpy(tags))
+        torch.tensor(index, dtype=torch.int64), torch.from_numpy(tags), torch.from_numpy(shapes))
 
 
 def cat(parts: list, shape: tuple, dtype) -> np.ndarray:

@@ -38,7 +38,8 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     model's."""
     device = batch.ids.device
     with (precision or FP32).autocast(device):
-        states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask)
+        states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask,
+                             shapes=batch.shapes)
         logits = (model.tagger(states) if model.tags
                   else model.span_logits(states, batch.span_batch, batch.spans))
     if model.tags:

@@ -15,6 +15,9 @@ from reltrain.models.dropout import ExampleDropout
 from reltrain.models.lm import quiet_transformers
 
 
+SHAPES = 7  # the shape embedding's rows: 0 padding, then data.spans.unit_shape's six
+
+
 class RangeMax:
     """Max over any unit range [s, e) of each example in two lookups (a sparse table: the max
     of every 2^k units), so spans and the context between two spans cost no loop over them."""
@@ -46,12 +49,15 @@ class RangeMax:
 class SpanRelationModel(nn.Module):
     def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
                  max_width: int, width_dim: int = 25, dropout: float = 0.1,
-                 threshold: float = 0.5, tags: bool = False):
+                 threshold: float = 0.5, tags: bool = False, shapes: int = 0):
         super().__init__()
         # Each relation's threshold: saved with the weights, so the checkpoint that validation
         # selected answers with the thresholds validation chose for it.
         self.register_buffer("thresholds", torch.full((num_relations,), threshold))
         self.encoder = encoder  # (ids, mask, noise) -> (B, T, hidden)
+        if shapes:  # extract.shapes; zeros at first, so training starts from the encoder alone
+            self.shape = nn.Embedding(shapes, hidden)
+            nn.init.zeros_(self.shape.weight)
         self.width = nn.Embedding(max_width + 1, width_dim)
         span_dim = 3 * hidden + width_dim
         self.span_dropout = ExampleDropout(dropout, stream=11)
@@ -69,9 +75,11 @@ class SpanRelationModel(nn.Module):
         sparse-update code finds it here."""
         return self.encoder.embed
 
-    def units(self, ids, mask, first, unit_mask, noise=None) -> torch.Tensor:
+    def units(self, ids, mask, first, unit_mask, noise=None, shapes=None) -> torch.Tensor:
         h = self.encoder(ids, mask, noise)  # (B, T, H)
         states = h.gather(1, first.unsqueeze(-1).expand(-1, -1, h.size(-1)))  # (B, U, H)
+        if hasattr(self, "shape"):
+            states = states + self.shape(shapes)
         return states * unit_mask.unsqueeze(-1)
 
     def span_reps(self, states, unit_mask, span_batch, spans) -> tuple[torch.Tensor, RangeMax]:
@@ -118,10 +126,11 @@ class SpanRelationModel(nn.Module):
     def tags(self) -> bool:
         return hasattr(self, "tagger")
 
-    def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None):
+    def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None,
+                shapes=None):
         """(entity logits, pair logits (M, R)) of the given spans and pairs: the entity logits
         are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1)."""
-        states = self.units(ids, mask, first, unit_mask, noise)
+        states = self.units(ids, mask, first, unit_mask, noise, shapes)
         reps, table = self.span_reps(states, unit_mask, span_batch, spans)
         if noise is not None:
             reps = self.span_dropout(reps, noise[span_batch])
@@ -249,4 +258,5 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
     return SpanRelationModel(encoder, encoder.hidden, num_types, num_relations,
                              extract_cfg.max_width, dropout=dropout,
                              threshold=extract_cfg.threshold,
-                             tags=extract_cfg.mentions == "tags")
+                             tags=extract_cfg.mentions == "tags",
+                             shapes=SHAPES if extract_cfg.shapes else 0)
