@@ -115,9 +115,11 @@ def _labels(records: list[Record], label_index: dict[str, int], multi: bool,
     out = np.full(len(records), -1, dtype=np.int64)
     for i, rec in enumerate(records):
         names = relation_names(rec.relation)
-        none = rec.relation is not None and not names and negative is not None
-        if rec.relation is not None and len(names) != 1 and not none and strict:
+        if rec.relation is not None and not names and negative is not None:
+            out[i] = negative  # an empty list, as Split.with_labels reads it
+            continue
+        if rec.relation is not None and len(names) != 1 and strict:
             raise UserError(f"{rec.source}: relation: {len(names)} relations, but this model "
                             f"gives each pair one (it was trained with model.multi_label=false)")
-        out[i] = negative if none else label_index.get(names[0], -1) if len(names) == 1 else -1
+        out[i] = label_index.get(names[0], -1) if len(names) == 1 else -1
     return out
