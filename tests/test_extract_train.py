@@ -326,17 +326,19 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path)
     assert "weights do not fit this extraction model (thresholds" in line
 
 
-@pytest.mark.parametrize("mentions, expected", [
-    ("tags", "weights do not fit this extraction model"),  # a span model's weights
-    ("crf", "mentions"),  # not a choice of the option
+@pytest.mark.parametrize("key, value, expected", [
+    ("mentions", "tags", "weights do not fit this extraction model"),  # a span model's weights
+    ("mentions", "crf", "mentions"),  # not a choice of the option
+    ("shapes", True, "weights do not fit this extraction model (shape.weight"),  # none saved
+    ("shapes", "maybe", "shapes"),
 ])
-def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, mentions, expected):
+def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, key, value, expected):
     import shutil
 
     folder = tmp_path / "tampered"
     shutil.copytree(one / "checkpoints/best", folder)
     card = json.loads((folder / "config.json").read_text())
-    card["reltrain_config"]["extract"]["mentions"] = mentions
+    card["reltrain_config"]["extract"][key] = value
     (folder / "config.json").write_text(json.dumps(card))
     line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
     assert expected in line
