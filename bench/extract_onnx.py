@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-INPUTS = ["ids", "mask", "first", "unit_mask"]
+INPUTS = ["ids", "mask", "first", "unit_mask"]  # and "shapes" where the model reads them
 
 
 class Tagging(torch.nn.Module):
@@ -29,8 +29,8 @@ class Tagging(torch.nn.Module):
         super().__init__()
         self.model = model
 
-    def forward(self, ids, mask, first, unit_mask):
-        return self.model.tagger(self.model.units(ids, mask, first, unit_mask))
+    def forward(self, ids, mask, first, unit_mask, shapes=None):
+        return self.model.tagger(self.model.units(ids, mask, first, unit_mask, shapes=shapes))
 
 
 def main() -> None:
@@ -56,12 +56,14 @@ def main() -> None:
     dataset = extractor.dataset(sentences)
     batches = [dataset.batch(ix) for ix in eval_batches(dataset.lengths, 32)]
     part = Tagging(extractor.model).eval()
-    tensors = [(b.ids, b.mask, b.first, b.unit_mask) for b in batches]
+    shapes = hasattr(extractor.model, "shape")  # extract.shapes: an input of its own
+    names = INPUTS + ["shapes"] * shapes
+    tensors = [(b.ids, b.mask, b.first, b.unit_mask) + (b.shapes,) * shapes for b in batches]
     with tempfile.TemporaryDirectory() as folder:
         path = str(Path(folder) / "tagging.onnx")
-        axes = {"ids": {0: "b", 1: "t"}, "mask": {0: "b", 1: "t"}, "first": {0: "b", 1: "u"},
-                "unit_mask": {0: "b", 1: "u"}, "tags": {0: "b", 1: "u"}}
-        torch.onnx.export(part, tensors[0], path, input_names=INPUTS, output_names=["tags"],
+        axes = {name: {0: "b", 1: "t" if name in ("ids", "mask") else "u"}
+                for name in names + ["tags"]}
+        torch.onnx.export(part, tensors[0], path, input_names=names, output_names=["tags"],
                           dynamic_axes=axes, dynamo=False)
         options = ort.SessionOptions()
         options.intra_op_num_threads = 1
@@ -72,7 +74,7 @@ def main() -> None:
             return [part(*t).numpy() for t in tensors]
 
     def in_onnxruntime():
-        return [session.run(None, {k: v.numpy() for k, v in zip(INPUTS, t)})[0] for t in tensors]
+        return [session.run(None, {k: v.numpy() for k, v in zip(names, t)})[0] for t in tensors]
 
     gap = max(float(np.abs(a - b).max()) for a, b in zip(in_torch(), in_onnxruntime()))
     print(f"{len(sentences)} sentences, {len(batches)} batches; largest difference of a tag "

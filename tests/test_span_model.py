@@ -17,7 +17,8 @@ from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 from reltrain.evaluation.span_decode import _without_overlaps, decode, tagged_mentions
-from reltrain.models.spans import SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss
+from reltrain.models.spans import (SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss,
+                                   take_rows)
 
 TYPES, RELATIONS = ["Org", "Peop"], ["Kill", "Work_For"]
 
@@ -95,6 +96,17 @@ def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
     assert got.shape == expected.shape == (len(batch.spans), len(TYPES) + 1)
     assert set((batch.spans[:, 1] - batch.spans[:, 0]).tolist()) == {1, 2, 3}
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_take_rows_is_the_gather_it_replaces_and_carries_its_gradient():
+    torch.manual_seed(0)
+    h = torch.randn(3, 7, 5, requires_grad=True)
+    index = torch.randint(0, 7, (3, 4))  # repeats included, as padding's first units are
+    expected = h.gather(1, index.unsqueeze(-1).expand(-1, -1, 5))
+    torch.testing.assert_close(take_rows(h, index), expected, rtol=0, atol=0)
+    weight = torch.randn(3, 4, 5)
+    grad, = torch.autograd.grad((take_rows(h, index) * weight).sum(), h)
+    torch.testing.assert_close(grad, torch.autograd.grad((expected * weight).sum(), h)[0])
 
 
 def test_the_encoder_without_autograd_is_the_packed_one():
