@@ -1,8 +1,9 @@
 """Extraction over a large corpus (task=extract): sentences a second and peak memory of
-``reltrain predict MODEL corpus.txt`` run three ways (``--modes``): ``one`` process on every core
-(``--workers 1``), the default (``workers``: one process per core, each predicting whole chunks)
-and ``devices`` (``--devices 2``: two ranks through torch.distributed), against jieba alone
-segmenting the same Chinese text on one core, in the same run.
+``reltrain predict MODEL corpus.txt`` run four ways (``--modes``): ``one`` process on every core
+(``--workers 1``), the default (``workers``: one process per core, each predicting whole
+chunks), ``devices`` (``--devices 2``: two ranks through torch.distributed) and ``bf16`` (the
+default with ``--amp bf16``: on a CPU with bf16 arithmetic the BiLSTM takes half the time),
+against jieba alone segmenting the same Chinese text on one core just before each.
 
     python bench/extract_corpus.py                                  # trains its own DuIE model
     python bench/extract_corpus.py --zh-model runs/duie --lm-model runs/conll04
@@ -31,7 +32,8 @@ from pathlib import Path
 from deepke_runs import ROOT
 
 SHARED = ROOT.parent / "shared" / "data"
-MODES = {"one": ["--workers", "1"], "workers": [], "devices": ["--devices", "2"]}
+MODES = {"one": ["--workers", "1"], "workers": [], "devices": ["--devices", "2"],
+         "bf16": ["--amp", "bf16"]}
 
 
 def texts(path: Path) -> list[str]:
@@ -122,8 +124,10 @@ def main() -> None:
             corpus = work / f"{name}-{rows}.txt"
             source = zh if chinese else texts(Path(args.conll04) / "train.json")
             sentences = write_corpus(source, rows, corpus)
-            base = jieba_rate(sentences) if chinese else None
             for mode in args.modes:
+                # jieba just before each predict: this machine's speed drifts by 10-40% within
+                # minutes, so a ratio compares two runs a few seconds apart
+                base = jieba_rate(sentences) if chinese else None
                 rate, rss, child = predict(model, corpus, work / "out.jsonl", MODES[mode])
                 ratio, base_col = ((f"{rate / base:>10.2f}", f"{base:>9.0f}") if base
                                    else (f"{'-':>10}", f"{'-':>9}"))

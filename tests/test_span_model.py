@@ -71,17 +71,17 @@ def test_shapes_start_at_zero_and_then_tell_a_name_from_a_word():
 
 def test_range_max_is_the_plain_max():
     torch.manual_seed(0)
-    h, mask = torch.randn(3, 13, 5), torch.ones(3, 13, dtype=torch.bool)
-    mask[1, 9:] = False
+    h = torch.randn(3, 13, 5)
+    h[1, 9:] = 1e9  # example 1 ends at 9: what lies past it never enters a range of its own
     rows = [(b, s, e) for b in range(3) for s in range(14) for e in range(s, 14)
             if e <= (9 if b == 1 else 13) and s <= e]
     b, s, e = (torch.tensor(x) for x in zip(*rows))
     expected = torch.stack([h[i, j:k].amax(0) if k > j else torch.zeros(5) for i, j, k in rows])
-    assert torch.equal(RangeMax(h, mask)(b, s, e), expected)
+    assert torch.equal(RangeMax(h)(b, s, e), expected)
     assert candidate_spans(4, 2).tolist() == [[0, 1], [0, 2], [1, 2], [1, 3], [2, 3], [2, 4], [3, 4]]
 
 
-def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
+def test_span_and_pair_scores_by_parts_are_the_classifiers_on_the_whole_input():
     data = sentences()
     enc, vocab = encoder(data)
     torch.manual_seed(0)
@@ -90,12 +90,19 @@ def test_span_scores_by_parts_are_the_classifier_on_the_whole_span():
     batch = collate_spans([enc(s) for s in data], list(range(len(data))), 0, len(RELATIONS))
     with torch.no_grad():
         states = model.units(batch.ids, batch.mask, batch.first, batch.unit_mask)
-        reps, _ = model.span_reps(states, batch.unit_mask, batch.span_batch, batch.spans)
+        reps, table = model.span_reps(states, batch.span_batch, batch.spans)
         expected = model.span_classifier(reps)
         got = model.span_logits(states, batch.span_batch, batch.spans)
+        a, b = batch.pairs[:, 0], batch.pairs[:, 1]
+        context = table(batch.span_batch[a], torch.minimum(batch.spans[a, 1], batch.spans[b, 1]),
+                        torch.maximum(batch.spans[a, 0], batch.spans[b, 0]))
+        pairs_expected = model.pair_classifier(torch.cat([reps[a], reps[b], context], -1))
+        pairs_got = model.pair_logits(reps, table, batch.span_batch, batch.spans, batch.pairs)
     assert got.shape == expected.shape == (len(batch.spans), len(TYPES) + 1)
     assert set((batch.spans[:, 1] - batch.spans[:, 0]).tolist()) == {1, 2, 3}
     torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+    assert pairs_got.shape == (len(batch.pairs), len(RELATIONS)) and len(batch.pairs) == 14
+    torch.testing.assert_close(pairs_got, pairs_expected, rtol=1e-5, atol=1e-6)
 
 
 def test_take_rows_is_the_gather_it_replaces_and_carries_its_gradient():

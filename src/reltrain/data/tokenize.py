@@ -13,6 +13,7 @@ from reltrain.data.segment import jieba_words
 Piece = tuple[str, int, int]  # token, start char, end char (exclusive)
 
 _WORD = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+_SPACE = re.compile(r"\s")  # str.isspace's characters
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,8 @@ def _word_pieces(text: str, at: int = 0) -> list[Piece]:
 
 
 def _char_pieces(text: str, at: int = 0) -> list[Piece]:
+    if not _SPACE.search(text):  # most Chinese text: every character is one (built in C)
+        return list(zip(text, range(at, at + len(text)), range(at + 1, at + len(text) + 1)))
     return [(c, at + i, at + i + 1) for i, c in enumerate(text) if not c.isspace()]
 
 

@@ -69,15 +69,14 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long, device=device)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     with (precision or FP32).autocast(device):
-        reps, table = model.span_reps(states, batch.unit_mask, span_batch[kept], spans[kept])
+        reps, table = model.span_reps(states, span_batch[kept], spans[kept])
         pair_probs = torch.sigmoid(model.pair_logits(reps, table, span_batch[kept], spans[kept],
                                                      pairs).float())
-    pairs = kept[pairs]
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
-    return _answers(spans, span_batch, examples, [dataset.sentences[i] for i in indices], chosen,
-                    score, kind, pairs, pair_probs, dataset.entity_types,
-                    dataset.relation_names, thresholds, dataset.symmetric)
+    return _answers(spans[kept], examples, [dataset.sentences[i] for i in indices],
+                    [len(c) for c in chosen], score[kept], kind[kept], pairs, pair_probs,
+                    dataset.entity_types, dataset.relation_names, thresholds, dataset.symmetric)
 
 
 def _above(answer: Answer, at: dict[str, float]) -> Answer:
@@ -176,32 +175,38 @@ def _viterbi(lp: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return tags
 
 
-def _answers(spans, owner, examples, sentences, chosen, score, kind, pairs, pair_probs,
+def _answers(spans, examples, sentences, counts, score, kind, pairs, pair_probs,
              entity_types, relations, thresholds, symmetric=frozenset()) -> list[Answer]:
-    spans, score, kind = spans.cpu().numpy(), score.cpu().numpy(), kind.cpu().numpy()
-    pairs, pair_probs = pairs.cpu().numpy(), pair_probs.cpu().numpy()
-    owner = owner.cpu().numpy()
-    hits = pair_probs >= thresholds[None, :]
+    """Each example's ``Answer`` from its ``counts[b]`` mentions (``spans``, ``score``, ``kind``:
+    the batch's mentions, example by example) and the pairs among them (``pairs`` index those
+    mentions), each relation at its threshold. Python touches the mentions and the pairs'
+    answered relations only, not every pair."""
+    spans, score, kind = spans.cpu().numpy(), score.tolist(), kind.tolist()
+    probs = pair_probs.cpu().numpy()
+    pair_at, relation_at = np.nonzero(probs >= thresholds[None, :])  # by pair, then relation
+    ends = pairs.cpu().numpy()[pair_at]
+    offsets = np.cumsum([0] + counts)
+    at = offsets.tolist()
+    hits = [[] for _ in examples]  # each example's (head, tail, relation, probability)
+    for (head, tail), r, p, b in zip(ends.tolist(), relation_at.tolist(),
+                                     probs[pair_at, relation_at].tolist(),
+                                     (np.searchsorted(offsets, ends[:, 0], "right") - 1).tolist()):
+        hits[b].append((head - at[b], tail - at[b], r, p))
     out = []
     for b, (example, sentence) in enumerate(zip(examples, sentences)):
-        index = {int(k): i for i, k in enumerate(chosen[b].cpu().numpy())}
-        entities = tuple(Span(int(example.units[spans[k, 0], 0]), int(example.units[spans[k, 1] - 1, 1]),
-                              entity_types[kind[k] - 1]) for k in index)
-        ent_scores = [float(score[k]) for k in index]
-        links, link_scores = [], []
+        lo, hi = at[b], at[b + 1]
+        starts = example.units[spans[lo:hi, 0], 0].tolist()
+        stops = example.units[spans[lo:hi, 1] - 1, 1].tolist()
+        entities = tuple(Span(start, stop, entity_types[k - 1])
+                         for start, stop, k in zip(starts, stops, kind[lo:hi]))
         found = {}  # a symmetric relation's pair once, in the order that scored higher
-        for m in np.nonzero(owner[pairs[:, 0]] == b)[0] if len(pairs) else ():
-            for r in np.nonzero(hits[m])[0]:
-                head, tail = index[int(pairs[m, 0])], index[int(pairs[m, 1])]
-                key = (min(head, tail), max(head, tail), r) if relations[r] in symmetric else (head, tail, r)
-                if key not in found or pair_probs[m, r] > found[key][1]:
-                    found[key] = (Link(head, tail, relations[r]), float(pair_probs[m, r]))
-        for link, p in found.values():
-            links.append(link)
-            link_scores.append(p)
-        answer = Annotated(sentence.text, entities, tuple(links), sentence.source, sentence.tokens,
-                           sentence.id, sentence.strings)
-        out.append(Answer(answer, ent_scores, link_scores))
+        for head, tail, r, p in hits[b]:
+            key = (min(head, tail), max(head, tail), r) if relations[r] in symmetric else (head, tail, r)
+            if key not in found or p > found[key][1]:
+                found[key] = (Link(head, tail, relations[r]), p)
+        answer = Annotated(sentence.text, entities, tuple(link for link, _ in found.values()),
+                           sentence.source, sentence.tokens, sentence.id, sentence.strings)
+        out.append(Answer(answer, score[lo:hi], [p for _, p in found.values()]))
     return out
 
 

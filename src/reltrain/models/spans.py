@@ -22,11 +22,12 @@ class RangeMax:
     """Max over any unit range [s, e) of each example in two lookups (a sparse table: the max
     of every 2^k units), so spans and the context between two spans cost no loop over them."""
 
-    def __init__(self, h: torch.Tensor, unit_mask: torch.Tensor):
-        x = h.masked_fill(~unit_mask.unsqueeze(-1), float("-inf"))
-        self.levels = [x]
+    def __init__(self, h: torch.Tensor):
+        # no mask for padding: a range [s, e) is read from the maxima of [s, s + 2^k) and
+        # [e - 2^k, e), both inside it, so a unit past a sentence's end never enters one
+        self.levels = [h]
         width = 1
-        while 2 * width <= x.size(1):
+        while 2 * width <= h.size(1):
             prev = self.levels[-1]
             self.levels.append(torch.maximum(prev[:, :-width], prev[:, width:]))
             width *= 2
@@ -90,8 +91,8 @@ class SpanRelationModel(nn.Module):
             states = states + self.shape(shapes)
         return states * unit_mask.unsqueeze(-1)
 
-    def span_reps(self, states, unit_mask, span_batch, spans) -> tuple[torch.Tensor, RangeMax]:
-        table = RangeMax(states, unit_mask)
+    def span_reps(self, states, span_batch, spans) -> tuple[torch.Tensor, RangeMax]:
+        table = RangeMax(states)
         start, end = spans[:, 0], spans[:, 1]
         pooled = table(span_batch, start, end)
         reps = torch.cat([states[span_batch, start], states[span_batch, end - 1], pooled,
@@ -123,12 +124,21 @@ class SpanRelationModel(nn.Module):
                     width.clamp(max=self.width.num_embeddings - 1)].float())
 
     def pair_logits(self, reps, table: RangeMax, span_batch, spans, pairs) -> torch.Tensor:
+        """``pair_classifier([head rep, tail rep, context])`` of each pair, by parts as
+        ``span_logits``: each span's projections as a head and as a tail are made once, not
+        once for each of its pairs (with DuIE's tagger the (M, 2 x 793 + 256) concatenation and
+        its product cost 12% of prediction)."""
         a, b = pairs[:, 0], pairs[:, 1]
         # the units strictly between the two spans, whichever comes first
         between_start = torch.minimum(spans[a, 1], spans[b, 1])
         between_end = torch.maximum(spans[a, 0], spans[b, 0])
         context = table(span_batch[a], between_start, between_end)
-        return self.pair_classifier(torch.cat([reps[a], reps[b], context], -1))
+        d, r = reps.size(-1), self.pair_classifier.out_features
+        w_head, w_tail, w_context = self.pair_classifier.weight.split(
+            [d, d, context.size(-1)], -1)
+        ends = F.linear(reps, torch.cat([w_head, w_tail]))  # (N, 2R)
+        return (ends[a, :r] + ends[b, r:]
+                + F.linear(context, w_context, self.pair_classifier.bias))
 
     @property
     def tags(self) -> bool:
@@ -139,7 +149,7 @@ class SpanRelationModel(nn.Module):
         """(entity logits, pair logits (M, R)) of the given spans and pairs: the entity logits
         are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1)."""
         states = self.units(ids, mask, first, unit_mask, noise, shapes)
-        reps, table = self.span_reps(states, unit_mask, span_batch, spans)
+        reps, table = self.span_reps(states, span_batch, spans)
         if noise is not None:
             reps = self.span_dropout(reps, noise[span_batch])
         if self.tags:
