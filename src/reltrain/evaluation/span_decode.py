@@ -59,8 +59,9 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
         if overlapping:
             order = _without_overlaps(order, spans)
         chosen.append(torch.sort(order[:MAX_MENTIONS]).values)
-    # only the chosen mentions get representations: pairs index them, then the batch's spans
+    # only the chosen mentions get representations, and the pairs index them
     kept = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long, device=device)
+    kept_batch, kept_spans = span_batch[kept], spans[kept]
     at, pairs = 0, []
     for c in chosen:
         local = torch.arange(at, at + len(c), device=device)
@@ -69,12 +70,12 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long, device=device)
     pairs = pairs[pairs[:, 0] != pairs[:, 1]]
     with (precision or FP32).autocast(device):
-        reps, table = model.span_reps(states, span_batch[kept], spans[kept])
-        pair_probs = torch.sigmoid(model.pair_logits(reps, table, span_batch[kept], spans[kept],
+        reps, table = model.span_reps(states, kept_batch, kept_spans)
+        pair_probs = torch.sigmoid(model.pair_logits(reps, table, kept_batch, kept_spans,
                                                      pairs).float())
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
-    return _answers(spans[kept], examples, [dataset.sentences[i] for i in indices],
+    return _answers(kept_spans, examples, [dataset.sentences[i] for i in indices],
                     [len(c) for c in chosen], score[kept], kind[kept], pairs, pair_probs,
                     dataset.entity_types, dataset.relation_names, thresholds, dataset.symmetric)
 
