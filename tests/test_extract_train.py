@@ -107,9 +107,9 @@ def test_two_processes_train_and_score_as_one(one, data, tmp_path):
 
 
 def test_a_tagger_trains_and_scores_in_two_processes_as_in_one(data, tmp_path):
-    """extract.mentions=tags: its unit dropout and loss are per example, so 2 processes at
-    batch 4 train what one does at 16."""
-    tags = [*BASE, "extract.mentions=tags", "train.lr=0.05"]
+    """extract.mentions=tags: its unit dropout and loss are per example, its own mentions'
+    negative pairs too, so 2 processes at batch 4 train what one does at 16."""
+    tags = [*BASE, "extract.mentions=tags", "extract.negatives=4", "train.lr=0.05"]
     one, two = tmp_path / "one", tmp_path / "two"
     assert main(["train", *data, *tags, "train.batch_size=16", f"output_dir={one}"]) == 0
     ok(torchrun(2, "-m", "reltrain", "train", *data, *tags, "train.batch_size=4",

@@ -16,7 +16,8 @@ from reltrain.data.spans import (SpanDataset, SpanEncoder, candidate_spans, coll
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
-from reltrain.evaluation.span_decode import _without_overlaps, decode, tagged_mentions
+from reltrain.evaluation.span_decode import _without_overlaps, decode
+from reltrain.models.tags import best_tags, negative_mentions, tagged_mentions
 from reltrain.models.spans import (SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss,
                                    take_rows)
 
@@ -128,19 +129,24 @@ def test_the_encoder_without_autograd_is_the_packed_one():
                                    rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("tags", [False, True], ids=["spans", "tags"])
-def test_the_loss_of_a_batch_is_the_sum_of_its_parts(tags):
+@pytest.mark.parametrize("tags,negatives", [(False, 0), (True, 0), (True, 3)],
+                         ids=["spans", "tags", "tags-negatives"])
+def test_the_loss_of_a_batch_is_the_sum_of_its_parts(tags, negatives):
     data = sentences()
     enc, vocab = encoder(data, tags)
     examples = [enc(s) for s in data]
     torch.manual_seed(0)
     model = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS), 3,
-                              tags=tags)
+                              tags=tags, negatives=negatives)
+    if negatives:  # the untrained tagger finds mentions that are no gold entity
+        batch = collate_spans(examples, [0, 1, 2, 3], 0, len(RELATIONS))
+        assert len(model(**batch.inputs(), noise=torch.arange(4))) == 3
     noise = torch.tensor([11, 12, 13, 14])  # each example's dropout seed, wherever it runs
 
     def loss(idx):
         batch = collate_spans([examples[i] for i in idx], idx, 0, len(RELATIONS))
-        return span_loss(*model(**batch.inputs(), noise=noise[idx]), batch, len(data))
+        span_logits, pair_logits, *owner = model(**batch.inputs(), noise=noise[idx])
+        return span_loss(span_logits, pair_logits, batch, len(data), 0.05, *owner)
 
     whole, parts = loss([0, 1, 2, 3]), loss([0, 2]) + loss([1, 3])
     torch.testing.assert_close(whole, parts, rtol=1e-6, atol=1e-7)
@@ -162,6 +168,20 @@ def test_a_tagger_s_mentions_are_its_runs_of_tags():
     assert [len(x) for x in empty] == [0, 0, 0, 0]
 
 
+def test_the_tagger_s_own_mentions_that_are_no_entity_make_negative_pairs():
+    rows = [[1, 2, 2, 0, 3, 1, 2], [0, 0, 0, 0, 0, 0, 0]]
+    logits = torch.nn.functional.one_hot(torch.tensor(rows), 5).float() * 10
+    logits[0, 5, 1] = logits[0, 6, 2] = 20.0  # the mention at 5-7 scores above the one at 4-5
+    mask = torch.ones(2, 7, dtype=torch.bool)
+    span_batch, spans = torch.tensor([0, 0, 1]), torch.tensor([[0, 3], [1, 2], [2, 4]])
+    every, all_spans, pairs = negative_mentions(logits, mask, span_batch, spans, 1)
+    # 0-3 is gold; of 4-5 and 5-7 the limit keeps the better; example 1 tags nothing
+    assert every.tolist() == [0, 0, 1, 0] and all_spans[3].tolist() == [5, 7]
+    assert sorted(pairs.tolist()) == [[0, 3], [1, 3], [3, 0], [3, 1]]
+    _, _, more = negative_mentions(logits, mask, span_batch, spans, 5)
+    assert len(more) == 2 * 2 + 2 * 2 + 2  # each new one with both gold ones, and each other
+
+
 def test_a_name_whose_units_disagree_is_decoded_whole():
     """Each unit's best tag alone would break the names: the first unit says type 1, the rest
     lean to type 2 (a later unit of 2 after a first of 1); a later unit after an outside one.
@@ -178,8 +198,6 @@ def test_a_name_whose_units_disagree_is_decoded_whole():
 
 def test_the_tags_are_the_best_sequence_that_obeys_the_rule():
     from itertools import product
-
-    from reltrain.evaluation.span_decode import best_tags
 
     def obeys(tags):  # a later unit of type t (tag 2t) only after a unit of type t
         return all(t == 0 or t % 2 or (p > 0 and (p + 1) // 2 == (t + 1) // 2)

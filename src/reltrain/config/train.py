@@ -248,6 +248,10 @@ class ExtractConfig:
                                   "none without one; the model folder keeps them")
     entity_weight: float = _opt(0.05, "task=extract: the extra weight of the entity spans' own "
                                       "mean loss (docs/extraction.md)", bound=NOT_NEGATIVE)
+    negatives: int = _opt(16, "task=extract with mentions=tags: up to this many of the "
+                             "tagger's own mentions that are no gold entity join each training "
+                             "sentence's pairs, as relating to nothing (docs/extraction.md); "
+                             "0: the gold entities' pairs only", bound=NOT_NEGATIVE)
     shapes: bool = _opt(False, "task=extract: each unit's shape (lower case, capitalised, "
                                "capitals, digits, mixed, other) is added to its state: the "
                                "capitals a lowercasing encoder (MiniLM's) never sees")

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from reltrain.models.dropout import ExampleDropout
 from reltrain.models.lm import quiet_transformers
+from reltrain.models.tags import negative_mentions
 
 
 SHAPES = 7  # the shape embedding's rows: 0 padding, then data.spans.unit_shape's six
@@ -59,8 +60,10 @@ def take_rows(h: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
 class SpanRelationModel(nn.Module):
     def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
                  max_width: int, width_dim: int = 25, dropout: float = 0.1,
-                 threshold: float = 0.5, tags: bool = False, shapes: int = 0):
+                 threshold: float = 0.5, tags: bool = False, shapes: int = 0,
+                 negatives: int = 0):
         super().__init__()
+        self.negatives = negatives  # training only: nothing of it is saved
         # Each relation's threshold: saved with the weights, so the checkpoint that validation
         # selected answers with the thresholds validation chose for it.
         self.register_buffer("thresholds", torch.full((num_relations,), threshold))
@@ -149,25 +152,37 @@ class SpanRelationModel(nn.Module):
     def forward(self, ids, mask, first, unit_mask, span_batch, spans, pairs, noise=None,
                 shapes=None):
         """(entity logits, pair logits (M, R)) of the given spans and pairs: the entity logits
-        are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1)."""
+        are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1). A tagger in
+        training with ``negatives`` scores more pairs than given (``negative_mentions``): the
+        given ones first, and the example of every pair is returned third."""
         states = self.units(ids, mask, first, unit_mask, noise, shapes)
+        known = len(pairs)
+        if self.tags:
+            entity_logits = self.tagger(states if noise is None else self.span_dropout(states, noise))
+            if noise is not None and self.negatives:  # training
+                span_batch, spans, more = negative_mentions(entity_logits, unit_mask, span_batch,
+                                                            spans, self.negatives)
+                pairs = torch.cat([pairs, more])
         reps, table = self.span_reps(states, span_batch, spans)
         if noise is not None:
             reps = self.span_dropout(reps, noise[span_batch])
-        if self.tags:
-            entity_logits = self.tagger(states if noise is None else self.span_dropout(states, noise))
-        else:
+        if not self.tags:
             entity_logits = self.span_classifier(reps)
-        return entity_logits, self.pair_logits(reps, table, span_batch, spans, pairs)
+        pair_logits = self.pair_logits(reps, table, span_batch, spans, pairs)
+        if len(pairs) == known:
+            return entity_logits, pair_logits
+        return entity_logits, pair_logits, span_batch[pairs[:, 0]]
 
 
 def span_loss(span_logits, pair_logits, batch, normaliser: float,
-              entity_weight: float = 0.05) -> torch.Tensor:
+              entity_weight: float = 0.05, pair_owner=None) -> torch.Tensor:
     """Each example's mean span cross-entropy, plus ``entity_weight`` times its mean over the
     entity spans alone (about 2% of the candidates: without it the model learns to answer "no
     entity"), plus its mean pair binary cross-entropy (summed over relations); summed over the
     batch and divided by ``normaliser`` (the global batch's examples), so a global batch's
-    gradient is the same however it is split."""
+    gradient is the same however it is split. ``pair_owner``: the example of each pair where the
+    model scored more pairs than the batch gives (the batch's first, the others relating to
+    nothing)."""
     n = len(batch.index)
     if span_logits.dim() == 3:  # a tagger's: each example's mean over its units
         per_unit = F.cross_entropy(span_logits.flatten(0, 1), batch.tags.flatten(),
@@ -176,10 +191,14 @@ def span_loss(span_logits, pair_logits, batch, normaliser: float,
         loss = (per_unit.sum(1) / tagged).sum()
     else:
         loss = _span_part(span_logits, batch, n, entity_weight)
-    if len(batch.pairs):
-        per_pair = F.binary_cross_entropy_with_logits(pair_logits, batch.pair_labels,
+    if len(pair_logits):
+        labels, owner = batch.pair_labels, pair_owner
+        if owner is None:
+            owner = batch.span_batch[batch.pairs[:, 0]]
+        else:
+            labels = F.pad(labels, (0, 0, 0, len(pair_logits) - len(labels)))
+        per_pair = F.binary_cross_entropy_with_logits(pair_logits, labels,
                                                       reduction="none").sum(-1)
-        owner = batch.span_batch[batch.pairs[:, 0]]
         pairs_each = torch.zeros(n, device=per_pair.device).index_add_(0, owner, per_pair)
         loss = loss + (pairs_each / torch.bincount(owner, minlength=n).clamp(min=1)).sum()
     return loss / normaliser
@@ -278,4 +297,5 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
                              extract_cfg.max_width, dropout=dropout,
                              threshold=extract_cfg.threshold,
                              tags=extract_cfg.mentions == "tags",
-                             shapes=SHAPES if extract_cfg.shapes else 0)
+                             shapes=SHAPES if extract_cfg.shapes else 0,
+                             negatives=extract_cfg.negatives)

@@ -258,9 +258,9 @@ class SpanLoss(nn.Module):
         return torch.tensor(float(len(labels)))
 
     def forward(self, out, batch, normaliser) -> torch.Tensor:
-        span_logits, pair_logits = out
+        span_logits, pair_logits, *owner = out
         return span_loss(span_logits.float(), pair_logits.float(), batch, normaliser,
-                         self.entity_weight)
+                         self.entity_weight, *owner)
 
 
 def build_loss(train_cfg, train_labels: np.ndarray, num_labels: int,
