@@ -356,6 +356,13 @@ def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
 
     with pytest.raises(reltrain.UserError, match="non-empty string"):
         reltrain.BatchModel(str(one))({"text": ["fine", " "]})
+    # DataParallel on several GPUs would cut a batch's spans apart from their sentences
+    from reltrain.runtime.distributed import DistContext
+    from reltrain.training.extract_run import check_strategy
+
+    check_strategy(DistContext(strategy="dp", dp_devices=[0]))  # one GPU: the plain model
+    with pytest.raises(reltrain.UserError, match="launch with torchrun"):
+        check_strategy(DistContext(strategy="dp", dp_devices=[0, 1]))
 
 
 def test_a_picklable_batch_model_answers_both_tasks(one, tmp_path):

@@ -189,6 +189,7 @@ def _build(cfg: Config, ctx: D.DistContext, prepared: Prepared, run_dir: Path,
            select: str, negative: int | None) -> _Parts:
     """Datasets, model (resumed weights loaded before wrapping), optimizer and the trainer."""
     if cfg.task == "extract":
+        extract.check_strategy(ctx)
         sets = prepared.sets
     else:
         encoder = text_encoder(cfg.data, prepared.vocab, prepared.lm)

@@ -18,7 +18,7 @@ from reltrain.data.answers import sentence_json
 
 log = logging.getLogger("reltrain.train")
 
-__all__ = ["PreparedSpans", "prepare_spans", "select_metric", "span_model",
+__all__ = ["PreparedSpans", "prepare_spans", "select_metric", "check_strategy", "span_model",
            "SpanLoss", "describe", "write_test_answers"]
 
 
@@ -32,6 +32,15 @@ def select_metric(setting: str, prepared: PreparedSpans) -> str:
                         f"data; choose auto, entities_f1, relations_strict_f1 or "
                         f"relations_boundaries_f1 (triples_f1 where entities are strings)")
     return setting
+
+
+def check_strategy(ctx) -> None:
+    """DataParallel cuts every input tensor of a batch evenly across its GPUs: a batch's spans
+    and pairs would be cut apart from their sentences. DDP gives each process whole ones."""
+    if len(ctx.dp_devices) > 1:
+        raise UserError("task=extract does not run under dist.strategy=dp on several GPUs "
+                        "(DataParallel would cut a batch's spans apart from their sentences); "
+                        "launch with torchrun (DDP), which gives each process whole sentences")
 
 
 def span_model(cfg, prepared: PreparedSpans, hf_config: dict | None = None):
