@@ -17,7 +17,8 @@ from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
 from reltrain.evaluation.span_decode import _without_overlaps, decode
-from reltrain.models.tags import best_tags, negative_mentions, tagged_mentions
+from reltrain.models.negatives import negative_mentions
+from reltrain.models.tags import best_tags, tagged_mentions
 from reltrain.models.spans import (SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss,
                                    take_rows)
 

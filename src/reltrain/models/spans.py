@@ -13,7 +13,7 @@ import torch.nn.functional as F
 
 from reltrain.models.dropout import ExampleDropout
 from reltrain.models.lm import quiet_transformers
-from reltrain.models.tags import negative_mentions
+from reltrain.models.negatives import negative_mentions
 
 
 SHAPES = 7  # the shape embedding's rows: 0 padding, then data.spans.unit_shape's six
@@ -153,13 +153,13 @@ class SpanRelationModel(nn.Module):
                 shapes=None):
         """(entity logits, pair logits (M, R)) of the given spans and pairs: the entity logits
         are the spans' (N, E+1), or with a tagger the units' tags' (B, U, 2E+1). A tagger in
-        training with ``negatives`` scores more pairs than given (``negative_mentions``): the
-        given ones first, and the example of every pair is returned third."""
+        training (``noise``) with ``negatives`` scores more pairs than given
+        (``models.negatives``): the given ones first, and the example of every pair third."""
         states = self.units(ids, mask, first, unit_mask, noise, shapes)
         known = len(pairs)
         if self.tags:
             entity_logits = self.tagger(states if noise is None else self.span_dropout(states, noise))
-            if noise is not None and self.negatives:  # training
+            if noise is not None and self.negatives:
                 span_batch, spans, more = negative_mentions(entity_logits, unit_mask, span_batch,
                                                             spans, self.negatives)
                 pairs = torch.cat([pairs, more])

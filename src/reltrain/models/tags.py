@@ -1,6 +1,6 @@
 """A tagger's mentions (``extract.mentions=tags``) from its units' tag logits: what prediction
-answers and what training takes its pairs' negatives from. Tags: 0 outside, 2t - 1 the first
-unit of a mention of type t, 2t a later unit."""
+answers and what training takes its negative pairs from (``models.negatives``). Tags: 0
+outside, 2t - 1 the first unit of a mention of type t, 2t a later unit."""
 
 from __future__ import annotations
 
@@ -84,33 +84,3 @@ def _viterbi(lp: np.ndarray, lengths: np.ndarray) -> np.ndarray:
         at = np.where(later, came, best_before[i])
     tags[:, 0] = at
     return tags
-
-
-@torch.no_grad()
-def negative_mentions(logits: torch.Tensor, unit_mask: torch.Tensor, span_batch: torch.Tensor,
-                      spans: torch.Tensor, limit: int):
-    """The tagger's own mentions that are no gold span, at most ``limit`` an example (best
-    first), appended to a training batch's (N,) ``span_batch`` and (N, 2) ``spans``, and the
-    (P, 2) pairs each makes with its example's other spans, to be scored as relating to
-    nothing. Trained on gold pairs alone, the pair classifier had never seen a mention that
-    relates to nothing, and answered relations for the names DuIE leaves unmarked (734 of a
-    model's 814 wrong triples held a string that is no gold entity)."""
-    owner, found, score, _ = tagged_mentions(logits.float(), unit_mask)
-    u = unit_mask.size(1) + 1
-    keys = (span_batch * u + spans[:, 0]) * u + spans[:, 1]
-    new = ~torch.isin((owner * u + found[:, 0]) * u + found[:, 1], keys)
-    owner, found, score = owner[new], found[new], score[new]
-    order = torch.argsort(score, descending=True, stable=True)
-    order = order[torch.argsort(owner[order], stable=True)]
-    owner, found = owner[order], found[order]
-    counts = torch.bincount(owner, minlength=unit_mask.size(0))
-    rank = torch.arange(len(owner), device=owner.device) - (torch.cumsum(counts, 0) - counts)[owner]
-    owner, found = owner[rank < limit], found[rank < limit]
-    n, x = len(spans), torch.arange(len(owner), device=owner.device)
-    every = torch.cat([span_batch, owner])
-    same = every[:, None] == owner[None, :]  # (N + X, X): a span and a new mention in one example
-    same[n + x, x] = False
-    any_span, tail = torch.nonzero(same, as_tuple=True)  # every pair whose tail is new
-    gold, head = torch.nonzero(same[:n], as_tuple=True)  # a gold tail, a new head
-    pairs = torch.cat([torch.stack([any_span, n + tail], 1), torch.stack([n + head, gold], 1)])
-    return every, torch.cat([spans, found]), pairs
