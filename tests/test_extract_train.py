@@ -363,6 +363,9 @@ def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     check_strategy(DistContext(strategy="dp", dp_devices=[0]))  # one GPU: the plain model
     with pytest.raises(reltrain.UserError, match="launch with torchrun"):
         check_strategy(DistContext(strategy="dp", dp_devices=[0, 1]))
+    line = user_error(run_cli("train", "task=extract", "extract.negatives=-1",
+                              f"output_dir={tmp_path / 'neg'}"))
+    assert "extract.negatives must be >= 0, not -1" in line
 
 
 def test_a_picklable_batch_model_answers_both_tasks(one, tmp_path):
