@@ -16,7 +16,7 @@ from reltrain.data.spans import (SpanDataset, SpanEncoder, candidate_spans, coll
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
-from reltrain.evaluation.span_decode import _without_overlaps, decode
+from reltrain.evaluation.span_decode import MAX_MENTIONS, _pairs_within, _without_overlaps, decode
 from reltrain.models.negatives import negative_mentions
 from reltrain.models.tags import best_tags, tagged_mentions
 from reltrain.models.spans import (SHAPES, RangeMax, SpanRelationModel, WordEncoder, span_loss,
@@ -263,6 +263,37 @@ def test_flat_decoding_keeps_the_best_of_overlapping_mentions():
     nested = Annotated(text, (Span(0, 9, "Org"), Span(0, 4, "Org")), (), "t")
     assert resolve_overlap("auto", flat + [nested]) == "nested"  # one in five
     assert resolve_overlap("auto", flat + flat + [nested]) == "flat"  # one in nine
+
+
+def test_the_pairs_of_each_sentence_s_mentions_are_every_ordered_two():
+    counts = torch.tensor([2, 0, 1, 3])
+    expected = []  # what a loop over the sentences gives: each one's mentions, offset
+    at = 0
+    for c in counts.tolist():
+        local = torch.arange(at, at + c)
+        expected += [(a, b) for a, b in torch.cartesian_prod(local, local).view(-1, 2).tolist()
+                     if a != b]
+        at += c
+    assert _pairs_within(counts).tolist() == [list(p) for p in expected]
+    assert _pairs_within(torch.tensor([0, 1])).shape == (0, 2)
+
+
+def test_a_tagger_answers_the_best_mentions_of_a_sentence_up_to_the_cap():
+    torch.manual_seed(0)
+    model = SpanRelationModel(WordEncoder(9, 8, 8, 1, 0.0), 8, len(TYPES), len(RELATIONS), 3,
+                              dropout=0.0, tags=True).eval()
+    enc = SpanEncoder(Tokenizer("word"), TYPES, RELATIONS, 4, 200, to_ids=lambda t: [5] * len(t),
+                      tags=True)
+    many = Annotated(" ".join(["Smith"] * (MAX_MENTIONS + 10)), (), (), "t")
+    data = [many, sentences()[0], many]
+    with torch.no_grad():  # every unit the first of a mention, the later ones the better
+        model.tagger.weight.zero_()
+        model.tagger.bias.copy_(torch.tensor([0.0, 5.0] + [-5.0] * (2 * len(TYPES) - 1)))
+    dataset = SpanDataset([enc(s, labelled=False) for s in data], data, 0, TYPES, RELATIONS)
+    answers = decode(model, dataset, [0, 1, 2], dataset.batch([0, 1, 2]))
+    assert [len(a.sentence.entities) for a in answers] == [MAX_MENTIONS, 6, MAX_MENTIONS]
+    assert all(len(a.sentence.entities) == len({(e.start, e.end) for e in a.sentence.entities})
+               for a in answers)
 
 
 def test_each_relation_gets_the_threshold_of_its_best_f1():

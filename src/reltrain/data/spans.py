@@ -60,7 +60,8 @@ class SpanEncoder:
         pieces = self.units(sentence, cuts)
         ids, first = self._ids(sentence.text, pieces)
         pieces = pieces[:len(first)]  # a pretrained encoder's positions may end before them
-        units = np.array([(s, e) for _, s, e in pieces], dtype=np.int64).reshape(-1, 2)
+        _, starts, ends = zip(*pieces) if pieces else ((), (), ())  # in C, not a tuple a unit
+        units = np.stack((np.array(starts, np.int64), np.array(ends, np.int64)), 1)
         shapes = (np.array([unit_shape(p[0]) for p in pieces], dtype=np.int64) if self.shapes
                   else None)
         if not (labelled and sentence.entities):
@@ -261,4 +262,4 @@ class SpanDataset:
 
 
 def lowercase_ids(vocab, tokens: list[str]) -> list[int]:
-    return vocab.encode([t.lower() for t in tokens])
+    return vocab.encode(list(map(str.lower, tokens)))

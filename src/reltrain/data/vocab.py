@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from itertools import repeat
 from typing import Iterable
 
 PAD, UNK = "<pad>", "<unk>"
@@ -24,7 +25,7 @@ class Vocab:
         return cls([PAD, UNK, *kept])
 
     def encode(self, tokens: list[str]) -> list[int]:
-        return [self.index.get(tok, 1) for tok in tokens]
+        return list(map(self.index.get, tokens, repeat(1)))  # in C: a tenth of prediction's Python
 
     def __len__(self) -> int:
         return len(self.tokens)

@@ -53,23 +53,21 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     mentions = torch.nonzero(kind > 0).flatten()
     mentions = mentions[torch.argsort(score[mentions], descending=True, stable=True)]
     mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
-    counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
-    chosen = []  # per example: indices into the batch's spans
-    overlapping = dataset.flat and not model.tags  # a tagger's mentions never overlap
-    for order in torch.split(mentions, counts):
-        if overlapping:
-            order = _without_overlaps(order, spans)
-        chosen.append(torch.sort(order[:MAX_MENTIONS]).values)
-    # only the chosen mentions get representations, and the pairs index them
-    kept = torch.cat(chosen) if chosen else torch.zeros(0, dtype=torch.long, device=device)
+    if dataset.flat and not model.tags:  # a tagger's mentions never overlap
+        counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
+        mentions = torch.cat([_without_overlaps(order, spans)[:MAX_MENTIONS]
+                              for order in torch.split(mentions, counts)] or [mentions])
+    else:  # the best MAX_MENTIONS of each example, without a step per example
+        owner = span_batch[mentions]
+        mentions = mentions[torch.arange(len(mentions), device=device)
+                            - _firsts(torch.bincount(owner, minlength=len(examples)))[owner]
+                            < MAX_MENTIONS]
+    # only the chosen mentions get representations, and the pairs index them; the spans are
+    # in example order, so sorting them groups each example's, in span order
+    kept = torch.sort(mentions).values
     kept_batch, kept_spans = span_batch[kept], spans[kept]
-    at, pairs = 0, []
-    for c in chosen:
-        local = torch.arange(at, at + len(c), device=device)
-        pairs.append(torch.cartesian_prod(local, local) if len(c) > 1 else local.new_zeros(0, 2))
-        at += len(c)
-    pairs = torch.cat(pairs) if pairs else torch.zeros(0, 2, dtype=torch.long, device=device)
-    pairs = pairs[pairs[:, 0] != pairs[:, 1]]
+    counts = torch.bincount(kept_batch, minlength=len(examples))
+    pairs = _pairs_within(counts)
     with (precision or FP32).autocast(device):
         reps, table = model.span_reps(states, kept_batch, kept_spans)
         pair_probs = torch.sigmoid(model.pair_logits(reps, table, kept_batch, kept_spans,
@@ -77,7 +75,7 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
                   else np.full(len(dataset.relation_names), floor, dtype=np.float32))
     return _answers(kept_spans, examples, [dataset.sentences[i] for i in indices],
-                    [len(c) for c in chosen], score[kept], kind[kept], pairs, pair_probs,
+                    counts.tolist(), score[kept], kind[kept], pairs, pair_probs,
                     dataset.entity_types, dataset.relation_names, thresholds, dataset.symmetric)
 
 
@@ -87,6 +85,23 @@ def _above(answer: Answer, at: dict[str, float]) -> Answer:
             if p >= at[link.type]]
     sentence = replace(answer.sentence, relations=tuple(answer.sentence.relations[i] for i in keep))
     return Answer(sentence, answer.entity_scores, [answer.relation_scores[i] for i in keep])
+
+
+def _firsts(counts: torch.Tensor) -> torch.Tensor:
+    """Where each group of ``counts`` begins in their concatenation."""
+    return torch.cumsum(counts, 0) - counts
+
+
+def _pairs_within(counts: torch.Tensor) -> torch.Tensor:
+    """(P, 2) every ordered pair of two different items within each group of ``counts``
+    consecutive items (groups one after another, within a group by first item then second)."""
+    squares = counts * counts
+    owner = torch.repeat_interleave(torch.arange(len(counts), device=counts.device), squares)
+    local = torch.arange(len(owner), device=counts.device) - _firsts(squares)[owner]
+    size, base = counts[owner], _firsts(counts)[owner]
+    first, second = local // size, local % size
+    keep = first != second
+    return torch.stack([base[keep] + first[keep], base[keep] + second[keep]], 1)
 
 
 def _without_overlaps(order: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:

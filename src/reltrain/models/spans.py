@@ -89,7 +89,9 @@ class SpanRelationModel(nn.Module):
         return self.encoder.embed
 
     def units(self, ids, mask, first, unit_mask, noise=None, shapes=None) -> torch.Tensor:
-        states = take_rows(self.encoder(ids, mask, noise), first)  # (B, U, H)
+        states = self.encoder(ids, mask, noise)
+        if not self.encoder.one_token_a_unit:  # each unit reads its first subword's state
+            states = take_rows(states, first)  # (B, U, H)
         if hasattr(self, "shape"):
             states = states + self.shape(shapes)
         return states * unit_mask.unsqueeze(-1)
@@ -218,6 +220,8 @@ def _span_part(span_logits, batch, n: int, entity_weight: float) -> torch.Tensor
 class WordEncoder(nn.Module):
     """reltrain's own token encoder for spans: word (or character) embeddings and a BiLSTM."""
 
+    one_token_a_unit = True  # its tokens are the units: no gather of each unit's first token
+
     def __init__(self, vocab_size: int, word_dim: int, hidden: int, layers: int, dropout: float):
         super().__init__()
         self.embed = nn.Module()  # where the sparse-update code finds it: model.embed.word
@@ -260,6 +264,8 @@ class WordEncoder(nn.Module):
 
 class PretrainedEncoder(nn.Module):
     """A Hugging Face encoder's last hidden states (dropout inside it is its own)."""
+
+    one_token_a_unit = False
 
     def __init__(self, model: nn.Module):
         super().__init__()
