@@ -25,7 +25,7 @@ class Vocab:
         return cls([PAD, UNK, *kept])
 
     def encode(self, tokens: list[str]) -> list[int]:
-        return list(map(self.index.get, tokens, repeat(1)))  # in C: a tenth of prediction's Python
+        return list(map(self.index.get, tokens, repeat(1)))  # in C: the loop was 3-4% of DuIE prediction
 
     def __len__(self) -> int:
         return len(self.tokens)
