@@ -286,7 +286,7 @@ def test_a_tagger_answers_the_best_mentions_of_a_sentence_up_to_the_cap():
                       tags=True)
     many = Annotated(" ".join(["Smith"] * (MAX_MENTIONS + 10)), (), (), "t")
     data = [many, sentences()[0], many]
-    with torch.no_grad():  # every unit the first of a mention, the later ones the better
+    with torch.no_grad():  # every unit the first unit of a mention, all scored alike
         model.tagger.weight.zero_()
         model.tagger.bias.copy_(torch.tensor([0.0, 5.0] + [-5.0] * (2 * len(TYPES) - 1)))
     dataset = SpanDataset([enc(s, labelled=False) for s in data], data, 0, TYPES, RELATIONS)

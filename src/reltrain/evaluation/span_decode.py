@@ -16,7 +16,7 @@ import torch
 
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.spans import SpanBatch
-from reltrain.models.tags import tagged_mentions
+from reltrain.models.tags import best_each, tagged_mentions
 from reltrain.runtime.precision import FP32
 from reltrain.data.dataset import eval_batches
 from reltrain.evaluation.extraction import extraction_metrics, tune_thresholds
@@ -49,19 +49,17 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
         span_batch, spans = batch.span_batch, batch.spans
         score, kind = torch.softmax(logits.float(), -1).max(-1)
     examples = [dataset.examples[i] for i in indices]
-    # the entity spans by example, best first within each: one sort for the batch
     mentions = torch.nonzero(kind > 0).flatten()
-    mentions = mentions[torch.argsort(score[mentions], descending=True, stable=True)]
-    mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
     if dataset.flat and not model.tags:  # a tagger's mentions never overlap
+        # the entity spans by example, best first within each: one sort for the batch
+        mentions = mentions[torch.argsort(score[mentions], descending=True, stable=True)]
+        mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
         counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
         mentions = torch.cat([_without_overlaps(order, spans)[:MAX_MENTIONS]
                               for order in torch.split(mentions, counts)] or [mentions])
-    else:  # the best MAX_MENTIONS of each example, without a step per example
-        owner = span_batch[mentions]
-        mentions = mentions[torch.arange(len(mentions), device=device)
-                            - _firsts(torch.bincount(owner, minlength=len(examples)))[owner]
-                            < MAX_MENTIONS]
+    else:
+        mentions = mentions[best_each(span_batch[mentions], score[mentions], MAX_MENTIONS,
+                                      len(examples))]
     # only the chosen mentions get representations, and the pairs index them; the spans are
     # in example order, so sorting them groups each example's, in span order
     kept = torch.sort(mentions).values

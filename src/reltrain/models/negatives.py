@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from reltrain.models.tags import tagged_mentions
+from reltrain.models.tags import best_each, tagged_mentions
 
 
 @torch.no_grad()
@@ -24,22 +24,13 @@ def negative_mentions(logits: torch.Tensor, unit_mask: torch.Tensor, span_batch:
     u = unit_mask.size(1) + 1
     gold_keys = (span_batch * u + spans[:, 0]) * u + spans[:, 1]
     new = ~torch.isin((owner * u + found[:, 0]) * u + found[:, 1], gold_keys)
-    keep = _best_each(owner[new], score[new], limit, unit_mask.size(0))
+    keep = best_each(owner[new], score[new], limit, unit_mask.size(0))
     owner, found = owner[new][keep], found[new][keep]
     n = len(spans)
     every = torch.cat([span_batch, owner])
     gold = torch.arange(n, device=spans.device)
     pairs = _pairs(every, gold, torch.arange(n, n + len(owner), device=spans.device))
     return every, torch.cat([spans, found]), pairs
-
-
-def _best_each(owner: torch.Tensor, score: torch.Tensor, limit: int, examples: int) -> torch.Tensor:
-    """(K,) positions of the ``limit`` best-scoring items of each example, by example."""
-    order = torch.argsort(score, descending=True, stable=True)
-    order = order[torch.argsort(owner[order], stable=True)]
-    counts = torch.bincount(owner, minlength=examples)
-    rank = torch.arange(len(order), device=owner.device) - (torch.cumsum(counts, 0) - counts)[owner[order]]
-    return order[rank < limit]
 
 
 def _pairs(span_batch: torch.Tensor, gold: torch.Tensor, new: torch.Tensor) -> torch.Tensor:

@@ -32,6 +32,16 @@ def tagged_mentions(logits: torch.Tensor, unit_mask: torch.Tensor):
     return starts // width, spans, score, kind.flatten()[starts]
 
 
+def best_each(owner: torch.Tensor, score: torch.Tensor, limit: int, examples: int) -> torch.Tensor:
+    """(K,) positions of the ``limit`` best-scoring items of each example (ties: the earlier),
+    by example, then best first: for the whole batch at once, not a step per example."""
+    order = torch.argsort(score, descending=True, stable=True)
+    order = order[torch.argsort(owner[order], stable=True)]
+    counts = torch.bincount(owner, minlength=examples)
+    rank = torch.arange(len(order), device=owner.device) - (torch.cumsum(counts, 0) - counts)[owner[order]]
+    return order[rank < limit]
+
+
 def best_tags(log_probs: torch.Tensor, unit_mask: torch.Tensor) -> torch.Tensor:
     """(B, U) the most probable tags (Viterbi over the units' own log-probabilities, no learnt
     transitions) among the sequences where every later unit of type t (tag 2t) follows a unit
