@@ -79,7 +79,16 @@ def test_range_max_is_the_plain_max():
             if e <= (9 if b == 1 else 13) and s <= e]
     b, s, e = (torch.tensor(x) for x in zip(*rows))
     expected = torch.stack([h[i, j:k].amax(0) if k > j else torch.zeros(5) for i, j, k in rows])
+    rows_all = rows
     assert torch.equal(RangeMax(h)(b, s, e), expected)
+    # over the pieces between given edges: the same for every range between two of them
+    edges = {0: [2, 5, 6, 13], 1: [0, 4, 9], 2: [3, 7, 8, 11]}
+    rows = [(i, j, k) for i, j, k in rows if j in edges[i] and k in edges[i]]
+    b, s, e = (torch.tensor(x) for x in zip(*rows))
+    at = [(i, p) for i, ps in edges.items() for p in ps]
+    pieces = RangeMax(h, tuple(torch.tensor(x) for x in zip(*at)))
+    assert pieces.levels[0].shape == (3, 4, 5)  # example 0's four edges make four pieces
+    assert torch.equal(pieces(b, s, e), torch.stack([expected[rows_all.index(r)] for r in rows]))
     assert candidate_spans(4, 2).tolist() == [[0, 1], [0, 2], [1, 2], [1, 3], [2, 3], [2, 4], [3, 4]]
 
 
@@ -125,8 +134,8 @@ def test_the_encoder_without_autograd_is_the_packed_one():
     mask = torch.arange(9)[None] < torch.tensor([[9], [4], [1], [7]])
     ids = ids * mask
     packed = enc(ids, mask)  # with autograd: packed, as in training
-    with torch.no_grad():
-        torch.testing.assert_close(enc(ids, mask), packed.detach() * mask[..., None],
+    with torch.no_grad():  # padding aside: ``units`` zeroes it for every encoder
+        torch.testing.assert_close(enc(ids, mask) * mask[..., None], packed.detach(),
                                    rtol=1e-5, atol=1e-6)
 
 

@@ -67,7 +67,7 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
     counts = torch.bincount(kept_batch, minlength=len(examples))
     pairs = _pairs_within(counts)
     with (precision or FP32).autocast(device):
-        reps, table = model.span_reps(states, kept_batch, kept_spans)
+        reps, table = model.span_reps(states, kept_batch, kept_spans, chosen=True)
         pair_probs = torch.sigmoid(model.pair_logits(reps, table, kept_batch, kept_spans,
                                                      pairs).float())
     thresholds = (model.thresholds.float().cpu().numpy() if floor is None
