@@ -18,6 +18,10 @@ from reltrain.models.lm import quiet_transformers
 from reltrain.models.negatives import negative_mentions
 
 
+# index_reduce_ (``_pieces``: 3-10 times the speed of a table over every unit) says once that it
+# is "beta"; a filter here rather than around each call, which would not be thread-safe (serve)
+warnings.filterwarnings("ignore", r"index_reduce\(\) is in beta", UserWarning)
+
 SHAPES = 7  # the shape embedding's rows: 0 padding, then data.spans.unit_shape's six
 
 
@@ -70,10 +74,8 @@ def _pieces(h: torch.Tensor, batch: torch.Tensor, at: torch.Tensor):
     count = int(seen[:, -1].max()) if b else 0
     owner = seen[:, :u] - 1  # each unit's piece; before the first edge a spare one, dropped
     owner = torch.where(owner < 0, count, owner) + torch.arange(b, device=h.device)[:, None] * (count + 1)
-    with warnings.catch_warnings():  # index_reduce is "beta"; it is 3-10 times the table's speed
-        warnings.filterwarnings("ignore", "index_reduce", UserWarning)
-        table = h.new_full((b * (count + 1), width), float("-inf")).index_reduce_(
-            0, owner.flatten(), h.reshape(-1, width), "amax")
+    table = h.new_full((b * (count + 1), width), float("-inf")).index_reduce_(
+        0, owner.flatten(), h.reshape(-1, width), "amax")
     return table.view(b, count + 1, width)[:, :count], seen - edge.long()
 
 
