@@ -281,12 +281,11 @@ class WordEncoder(nn.Module):
         encoder's time in prediction: each direction runs over the padded batch, the backward
         one over each sentence reversed within its length, so padding never reaches a unit.
         Time first, the LSTM's own layout (its input and output are not transposed), and the
-        embeddings looked up in autocast's type (not cast once a direction)."""
+        embeddings cast to autocast's type once (not once a direction)."""
         rnn, (b, t), device = self.rnn, ids.shape, ids.device.type
-        weight = self.embed.word.weight
-        if torch.is_autocast_enabled(device):
-            weight = weight.to(torch.get_autocast_dtype(device))
-        x = F.embedding(ids.T, weight)  # (T, B, D)
+        x = self.embed.word(ids.T)  # (T, B, D)
+        if torch.is_autocast_enabled(device):  # the rows, not the table: a word vocabulary is large
+            x = x.to(torch.get_autocast_dtype(device))
         lengths = mask.sum(1).clamp(min=1)
         at = torch.arange(t, device=ids.device)[:, None]
         back = torch.where(at < lengths, lengths - 1 - at, at)  # (T, B)
