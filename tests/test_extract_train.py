@@ -326,13 +326,13 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path)
     weights["thresholds"] = torch.zeros(10**6)
     save_file(weights, str(folder / "model.safetensors"))
     line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
-    assert "weights do not fit this extraction model (thresholds" in line
+    assert "weights do not fit an extraction model with this vocabulary and label set (thresholds" in line
 
 
 @pytest.mark.parametrize("key, value, expected", [
-    ("mentions", "tags", "weights do not fit this extraction model"),  # a span model's weights
+    ("mentions", "tags", "weights do not fit an extraction model"),  # a span model's weights
     ("mentions", "crf", "mentions"),  # not a choice of the option
-    ("shapes", True, "weights do not fit this extraction model (shape.weight"),  # none saved
+    ("shapes", True, "(shape.weight: missing where"),  # none saved
     ("shapes", "maybe", "shapes"),
 ])
 def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, key, value, expected):
@@ -345,6 +345,25 @@ def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, key,
     (folder / "config.json").write_text(json.dumps(card))
     line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
     assert expected in line
+
+
+def test_a_folder_whose_sizes_were_tampered_with_allocates_nothing(one, tmp_path):
+    # A width in config.json (at most 65,536) sizes the model before its weights are compared:
+    # a 2 x 12,000 BiLSTM would take 4.6 GB to build. The check runs on shapes alone.
+    import shutil
+
+    folder = tmp_path / "tampered"
+    shutil.copytree(one / "checkpoints/best", folder)
+    card = json.loads((folder / "config.json").read_text())
+    card["reltrain_config"]["extract"]["hidden"] = 24_000
+    (folder / "config.json").write_text(json.dumps(card))
+    script = ("import resource, sys\nfrom reltrain.cli import main\ntry:\n    main(sys.argv[1:])\n"
+              "finally:\n    print('peak', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, "
+              "file=sys.stderr)")
+    result = run([sys.executable, "-c", script, "predict", str(folder), "--text", "Ann Lee ."])
+    assert "weights do not fit an extraction model" in result.stderr, result.stderr
+    peak_mb = int(result.stderr.rsplit("peak ", 1)[1].split()[0]) / 1024
+    assert peak_mb < 1500, peak_mb
 
 
 def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +22,6 @@ from reltrain.data.lm import TOKENIZER_FILES
 from reltrain.runtime.errors import UserError, first_line
 from reltrain.data.schema import label_name_problem
 from reltrain.data.vocab import PAD, UNK
-from reltrain.models import build_model
 
 FOLDER_FORMAT = "reltrain-model"
 FOLDER_VERSION = 1
@@ -352,30 +352,30 @@ def load_artifact(path: str | Path) -> Artifact:
     return read_model_folder(model_source(path))
 
 
-def build_checked_model(artifact: Artifact, vocab_size: int, added_tokens: int,
-                        where: str) -> torch.nn.Module:
-    """The model with its weights; built on the meta device first and every weight's name and shape
-    compared, so a tampered size is an error, not an allocation."""
-    cfg = artifact.config
-    args = (cfg.model, vocab_size, len(artifact.labels), cfg.data.pos_limit)
-    extra = {"hf_config": artifact.hf_config, "added_tokens": added_tokens}
+def build_checked_model(artifact: Artifact, build: Callable[[], torch.nn.Module], where: str,
+                        kind: str, optional: tuple[str, ...] = ()) -> torch.nn.Module:
+    """The model ``build()`` makes (``kind``: "a cnn model", for messages) with the artifact's
+    weights; built on the meta device first and every weight's name and shape compared, so a
+    tampered size is an error, not an allocation. ``optional``: weights a folder from before may
+    lack; the model keeps its own initial values for those."""
     try:
         with torch.device("meta"), _ShapesOnly():
-            expected = {k: tuple(v.shape) for k, v in build_model(*args, **extra).state_dict().items()}
+            expected = {k: tuple(v.shape) for k, v in build().state_dict().items()}
     except UserError:
         raise
     except Exception as exc:  # transformers raises several types for a config it cannot build
-        raise UserError(f"{where}: its config does not build a {cfg.model.name} model "
+        raise UserError(f"{where}: its config does not build {kind} "
                         f"({first_line(exc, 160)})") from None
     got = {k: tuple(v.shape) for k, v in artifact.weights.items()}
+    got |= {k: expected[k] for k in optional if k in expected and k not in got}
     if expected != got:
         name = sorted(set(expected) ^ set(got)) or sorted(k for k in expected if expected[k] != got[k])
         key = name[0]
-        raise UserError(f"{where}: weights do not fit a {cfg.model.name} model with this "
-                        f"vocabulary and label set ({key}: {got.get(key, 'missing')} where "
-                        f"{expected.get(key, 'none')} was expected)")
-    model = build_model(*args, **extra)
-    model.load_state_dict(artifact.weights)
+        raise UserError(f"{where}: weights do not fit {kind} with this vocabulary and label set "
+                        f"({key}: {got.get(key, 'missing')} where {expected.get(key, 'none')} "
+                        f"was expected)")
+    model = build()
+    model.load_state_dict(artifact.weights, strict=False)  # every key compared above
     return model
 
 

@@ -10,7 +10,7 @@ from itertools import islice
 
 import torch
 
-from reltrain.artifacts.model_folder import Artifact
+from reltrain.artifacts.model_folder import Artifact, build_checked_model
 from reltrain.data.answers import sentence_json
 from reltrain.data.extract_prepare import span_encoder
 from reltrain.data.extraction import MAX_CHARS
@@ -34,44 +34,28 @@ BATCH = 128
 
 
 class Extractor:
-    def __init__(self, model, artifact: Artifact, device: torch.device, precision):
+    def __init__(self, model, artifact: Artifact, device: torch.device, precision,
+                 lm: LMTokenizer | None = None):
         self.model, self.config, self.device, self.precision = model, artifact.config, device, precision
-        self.labels, self.entity_types = artifact.labels, artifact.entity_types
-        lm = artifact.lm
-        self.lm = LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")) if lm else None
+        self.labels, self.entity_types, self.lm = artifact.labels, artifact.entity_types, lm
         vocab = Vocab(artifact.vocab) if artifact.vocab else None
-        self.encoder = span_encoder(self.config, self.entity_types, self.labels, vocab, self.lm)
-        self.pad_id = self.lm.pad_id if self.lm is not None else 0
+        self.encoder = span_encoder(self.config, self.entity_types, self.labels, vocab, lm)
+        self.pad_id = lm.pad_id if lm is not None else 0
         self.card = {"test": artifact.test, "best": artifact.best}
 
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: torch.device,
                       amp: str = "auto") -> "Extractor":
-        cfg = artifact.config
-        vocab_size = len(artifact.vocab) if artifact.vocab else None
-        if vocab_size is None:  # the tokenizer's size, as the run that trained it had it
-
-            lm = artifact.lm
-            vocab_size = len(LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")))
-        try:
-            model = build_span_model(cfg.model, cfg.extract, vocab_size, len(artifact.entity_types),
-                                     len(artifact.labels), artifact.hf_config)
-        except Exception as exc:  # transformers raises several types for a config it cannot build
-            raise UserError(f"{where}: its config does not build an extraction model "
-                            f"({str(exc)[:160]})") from None
-        weights = dict(artifact.weights)
+        cfg, lm = artifact.config, artifact.lm
+        lm = LMTokenizer.from_files(lm["files"], lm["types"], lm.get("added")) if lm else None
+        # the tokenizer's size, as the run that trained it had it
+        vocab_size = len(artifact.vocab) if artifact.vocab else len(lm)
         # a folder of before relation thresholds were tuned: every relation at extract.threshold
-        weights.setdefault("thresholds", model.thresholds.clone())
-        expected = {k: tuple(v.shape) for k, v in model.state_dict().items()}
-        got = {k: tuple(v.shape) for k, v in weights.items()}
-        if expected != got:
-            key = sorted(set(expected) ^ set(got) or [k for k in expected if expected[k] != got[k]])[0]
-            raise UserError(f"{where}: weights do not fit this extraction model ({key}: "
-                            f"{got.get(key, 'missing')} where {expected.get(key, 'none')} was "
-                            f"expected)")
-        model.load_state_dict(weights)
+        model = build_checked_model(artifact, lambda: build_span_model(
+            cfg.model, cfg.extract, vocab_size, len(artifact.entity_types), len(artifact.labels),
+            artifact.hf_config), where, "an extraction model", optional=("thresholds",))
         precision = resolve_precision(amp, device, cfg.model.pretrained_encoder)
-        return cls(model.to(device).eval(), artifact, device, precision)
+        return cls(model.to(device).eval(), artifact, device, precision, lm)
 
     def dataset(self, sentences: list[Annotated]) -> SpanDataset:
         examples = [self.encoder(s, labelled=False) for s in sentences]

@@ -13,6 +13,7 @@ import torch
 
 from reltrain.artifacts.model_folder import Artifact, build_checked_model, load_artifact, model_source
 from reltrain.config.train import RUNTIMES, Config
+from reltrain.models import build_model
 from reltrain.data.dataset import RelationDataset
 from reltrain.data.inputs import TextEncoder, identity_encoder
 from reltrain.data.split import Split, encode_records
@@ -86,7 +87,11 @@ class Predictor:
             model, precision = onnx, Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
             precision = resolve_precision(amp, device, config.model.pretrained_encoder)
-            model = build_checked_model(artifact, encoder.size, encoder.added_tokens, where)
+            cfg = artifact.config
+            model = build_checked_model(artifact, lambda: build_model(
+                cfg.model, encoder.size, len(labels), cfg.data.pos_limit,
+                hf_config=artifact.hf_config, added_tokens=encoder.added_tokens),
+                where, f"a {cfg.model.name} model")
         predictor = cls(model.to(device), config, labels, encoder, device, precision)
         predictor.card = {"test": artifact.test, "best": artifact.best}
         return predictor
