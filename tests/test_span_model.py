@@ -264,8 +264,13 @@ def test_trained_on_a_few_sentences_it_answers_them_back(tags):
 def test_flat_decoding_keeps_the_best_of_overlapping_mentions():
     spans = torch.tensor([[0, 2], [1, 3], [3, 4], [0, 1], [2, 4]])
     # best first: [1, 3) takes its place; [0, 2) and [2, 4) overlap it, [3, 4) and [0, 1) do not
-    assert _without_overlaps(torch.tensor([1, 0, 4, 2, 3]), spans).tolist() == [1, 2, 3]
-    assert _without_overlaps(torch.tensor([], dtype=torch.long), spans).tolist() == []
+    assert _without_overlaps(torch.tensor([1, 0, 4, 2, 3]), spans, 30).tolist() == [1, 2, 3]
+    assert _without_overlaps(torch.tensor([1, 0, 4, 2, 3]), spans, 2).tolist() == [1, 2]
+    assert _without_overlaps(torch.tensor([], dtype=torch.long), spans, 30).tolist() == []
+    # a long text's thousands of entity spans: the walk ends with the limit's mentions kept
+    many = torch.stack([torch.arange(20_000), torch.arange(1, 20_001)], 1)
+    kept = _without_overlaps(torch.arange(20_000), many, MAX_MENTIONS)
+    assert kept.tolist() == list(range(MAX_MENTIONS))
     flat = sentences()
     assert resolve_overlap("auto", flat) == "flat" and resolve_overlap("nested", flat) == "nested"
     text = "Acme Corp Paris office"

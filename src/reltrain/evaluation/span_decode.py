@@ -55,7 +55,7 @@ def decode(model, dataset, indices, batch: SpanBatch, precision=None,
         mentions = mentions[torch.argsort(score[mentions], descending=True, stable=True)]
         mentions = mentions[torch.argsort(span_batch[mentions], stable=True)]
         counts = torch.bincount(span_batch[mentions], minlength=len(examples)).tolist()
-        mentions = torch.cat([_without_overlaps(order, spans)[:MAX_MENTIONS]
+        mentions = torch.cat([_without_overlaps(order, spans, MAX_MENTIONS)
                               for order in torch.split(mentions, counts)] or [mentions])
     else:
         mentions = mentions[best_each(span_batch[mentions], score[mentions], MAX_MENTIONS,
@@ -102,14 +102,18 @@ def _pairs_within(counts: torch.Tensor) -> torch.Tensor:
     return torch.stack([base[keep] + first[keep], base[keep] + second[keep]], 1)
 
 
-def _without_overlaps(order: torch.Tensor, spans: torch.Tensor) -> torch.Tensor:
-    """The spans of ``order`` (best first) that overlap no better one before them."""
+def _without_overlaps(order: torch.Tensor, spans: torch.Tensor, limit: int) -> torch.Tensor:
+    """The first ``limit`` spans of ``order`` (best first) that overlap no better one before them.
+    Stopping there bounds the work on a long text with thousands of entity spans by ``limit``
+    a span, not by the number kept."""
     taken, keep = [], []
     for k, (s, e) in zip(order.tolist(), spans[order].tolist()):
         if all(e <= ts or s >= te for ts, te in taken):
             taken.append((s, e))
             keep.append(k)
-    return order.new_tensor(keep)
+            if len(keep) == limit:
+                break
+    return order.new_tensor(keep, dtype=torch.long)
 
 
 def _answers(spans, examples, sentences, counts, score, kind, pairs, pair_probs,
