@@ -366,6 +366,25 @@ def test_a_folder_whose_sizes_were_tampered_with_allocates_nothing(one, tmp_path
     assert peak_mb < 1500, peak_mb
 
 
+def test_text_an_extraction_model_cannot_read_is_warned_about(one, tmp_path, caplog, capsys):
+    chinese = tmp_path / "zh.txt"
+    chinese.write_text("李明在北京的阿里巴巴工作。\n王芳出生于上海。\n", encoding="utf-8")
+    assert main(["predict", str(one), str(chinese)]) == 0
+    assert "trained on English text" in caplog.text
+    caplog.clear()
+    assert main(["predict", str(one), "--text", "Qzx vrrp wubble frox glimt ."]) == 0
+    assert "not in the model's vocabulary" in caplog.text
+    caplog.clear()
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(json.dumps({"text": "李明在北京工作。", "entities": [], "relations": []}) + "\n",
+                    encoding="utf-8")
+    main(["evaluate", str(one), str(gold)])
+    assert "trained on English text" in caplog.text
+    caplog.clear()
+    assert main(["predict", str(one), "--text", "Ann Lee works for Acme in Paris ."]) == 0
+    assert "mean little" not in caplog.text
+
+
 def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line

@@ -61,6 +61,8 @@ def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> d
     """Entities and relations of a gold file (any of the extraction formats) against the
     model's answers, scored as a run's test set is; the same on every rank."""
     gold = read_annotated(o.data, o.encoding)
+    if ctx.is_main:
+        warn_misfit(extractor, gold)
     metrics, answers = evaluate_spans(extractor.model, extractor.dataset(gold), o.batch_size, ctx,
                                       precision=extractor.precision)
     if ctx.is_main:

@@ -99,7 +99,7 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
             # process.
             mine = (chunk for i, chunk in enumerate(chunks) if i % ctx.world_size == ctx.rank)
             lines = _gathered_in_order(_predicted_chunks(predictor, mine, o, helpers, stop,
-                                                         warn=ctx.rank == 0 and not extracting),
+                                                         warn=ctx.rank == 0),
                                        ctx)
         if not ctx.is_main:
             for _ in lines:  # joins every round of the gather
@@ -197,7 +197,10 @@ def _predicted_chunks(predictor: Predictor, chunks: Iterator[list], o: PredictOp
     first = list(islice(chunks, 1))
     chunks = chain(first, chunks)
     if first and warn:
-        warn_misfit(predictor, _good(_parsed(first[0][:256], skip_bad_rows=True)))
+        good = _good(_parsed(first[0][:256], skip_bad_rows=True))
+        if predictor.config.task == "extract":  # each row's sentences (a PURE document's several)
+            good = [s for item in good for s in item.sentences]
+        warn_misfit(predictor, good)
     how = pool.mode(predictor, bool(helpers.children))
     if how == "main":
         helpers.close()

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from itertools import islice
 
+import numpy as np
 import torch
 
 from reltrain.artifacts.model_folder import Artifact, build_checked_model
@@ -16,8 +17,9 @@ from reltrain.data.extract_prepare import span_encoder
 from reltrain.data.extraction import MAX_CHARS
 from reltrain.data.schema import Annotated
 from reltrain.data.spans import SpanDataset
-from reltrain.data.vocab import Vocab
+from reltrain.data.vocab import UNK, Vocab
 from reltrain.evaluation.span_decode import Answer, gathered_answers
+from reltrain.inference.fit import misfit
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.data.lm import LMTokenizer
@@ -41,6 +43,7 @@ class Extractor:
         vocab = Vocab(artifact.vocab) if artifact.vocab else None
         self.encoder = span_encoder(self.config, self.entity_types, self.labels, vocab, lm)
         self.pad_id = lm.pad_id if lm is not None else 0
+        self.unk_id = lm.hf.unk_token_id if lm is not None else vocab.encode([UNK])[0]
         self.card = {"test": artifact.test, "best": artifact.best}
 
     @classmethod
@@ -78,6 +81,13 @@ class Extractor:
                                 f"characters")
         return gathered_answers(self.model, self.dataset(sentences), batch_size, ctx,
                                 self.precision) if sentences else []
+
+    def fit_warning(self, sentences: list[Annotated]) -> str | None:
+        """Why the model may not read these sentences (``predictor.misfit``), from the first."""
+        sample = sentences[:256]
+        return misfit(self.config.data.language, [s.text for s in sample],
+                      lambda: np.concatenate([self.encoder(s, labelled=False).ids for s in sample]
+                                             or [np.zeros(0, np.int64)]), self.unk_id)
 
     def answer(self, sentences: list[Annotated], top_k: int = 1) -> list[dict]:
         """The answers as JSON objects, in order: what the server's batcher calls (``top_k``:

@@ -22,6 +22,7 @@ from reltrain.runtime.errors import UserError, DataError
 from reltrain.runtime.precision import FP32, Precision
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.evaluation.scoring import predict_probs
+from reltrain.inference.fit import misfit
 from reltrain.runtime.output import atomic_file
 from reltrain.data.rows import pair_record, example
 from reltrain.runtime.distributed import resolve_device
@@ -148,35 +149,16 @@ class Predictor:
                                self.encoder.pad_id)
 
     def fit_warning(self, items: list) -> str | None:
-        """Why the model may not read these texts (another script than it was trained on, or
-        mostly tokens it does not know), to warn with; None when they look like its data. It
-        looks at the first rows only: a cost once per run, not per row."""
-        from reltrain.data.preprocess import cjk_share  # the cache's code: a check's only need
-
+        """Why the model may not read these texts (``misfit``), to warn with; None when they
+        look like its data. It looks at the first rows only: a cost once per run, not per row."""
         sample = items[:256]
-        if not any(item.text.strip() for item in sample):
-            return None
-        cjk = cjk_share(item.text for item in sample)
-        language = self.config.data.language
-        if language == "en" and cjk > 0.3:
-            return (f"{cjk:.0%} of the characters are Chinese, Japanese or Korean, but this model "
-                    f"was trained on English text (data.language=en): its answers mean little")
-        if language == "zh" and cjk < 0.05:
-            return (f"only {cjk:.0%} of the characters are Chinese, but this model was trained "
-                    f"on Chinese text (data.language=zh): its answers mean little")
-        if self.encoder.unk_id is None:
-            return None
-        # The first records only: a sentence of many entities expands into many pairs.
-        records = [rec for _, group in expand(sample) for rec in group][:256]
-        split = self.encode(records).split
-        if split is None:
-            return None
-        ids = split.token_ids
-        unknown = float((ids == self.encoder.unk_id).mean()) if len(ids) else 0.0
-        if unknown > 0.5:
-            return (f"{unknown:.0%} of the tokens are not in the model's vocabulary: the text is "
-                    f"not like what it was trained on, and its answers mean little")
-        return None
+
+        def unknown() -> np.ndarray:  # the first records only: a sentence expands into pairs
+            split = self.encode([rec for _, group in expand(sample) for rec in group][:256]).split
+            return split.token_ids if split is not None else np.zeros(0, np.int64)
+
+        return misfit(self.config.data.language, [item.text for item in sample],
+                      unknown if self.encoder.unk_id is not None else None, self.encoder.unk_id)
 
     def predict_rows(self, rows, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
         """One answer per row, in order, each row a dict as ``reltrain predict`` reads a JSON
