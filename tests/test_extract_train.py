@@ -366,6 +366,24 @@ def test_a_folder_whose_sizes_were_tampered_with_allocates_nothing(one, tmp_path
     assert peak_mb < 1500, peak_mb
 
 
+def test_evaluate_skips_bad_gold_rows_when_asked(one, data, tmp_path, capsys):
+    test = Path(dict(item.split("=", 1) for item in data)["data.test"])
+    gold = tmp_path / "gold.jsonl"
+    gold.write_text(test.read_text() + json.dumps({"text": "Ann Lee .", "entities": [
+        {"start": 0, "end": 99, "type": "Peop"}]}) + "\n")
+    assert "gold.jsonl:25: field 'entities[0]': [0, 99) lies outside" in cli_error(
+        capsys, "evaluate", str(one), str(gold))
+    metrics = main_json(capsys, "evaluate", str(one), str(gold), "--skip-bad-rows")
+    assert metrics["skipped_rows"] == 1
+    assert metrics == {**main_json(capsys, "evaluate", str(one), str(test)), "skipped_rows": 1}
+
+
+def main_json(capsys, *argv: str) -> dict:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
 def test_text_an_extraction_model_cannot_read_is_warned_about(one, tmp_path, caplog, capsys):
     chinese = tmp_path / "zh.txt"
     chinese.write_text("李明在北京的阿里巴巴工作。\n王芳出生于上海。\n", encoding="utf-8")

@@ -60,11 +60,13 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
 def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> dict:
     """Entities and relations of a gold file (any of the extraction formats) against the
     model's answers, scored as a run's test set is; the same on every rank."""
-    gold = read_annotated(o.data, o.encoding)
+    skipped = [] if o.skip_bad_rows else None
+    gold = read_annotated(o.data, o.encoding, skipped=skipped)
     if ctx.is_main:
         warn_misfit(extractor, gold)
     metrics, answers = evaluate_spans(extractor.model, extractor.dataset(gold), o.batch_size, ctx,
                                       precision=extractor.precision)
+    metrics["skipped_rows"] = len(skipped or [])
     if ctx.is_main:
         if o.predictions:
             write_output(o.predictions, "".join(

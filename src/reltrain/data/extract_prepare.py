@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
-from reltrain.data.extraction import iter_annotated
+from reltrain.data.extraction import read_annotated
 from reltrain.data.schema import Annotated
 from reltrain.data.spans import SpanDataset, SpanEncoder, lowercase_ids
 from reltrain.data.tokenize import Tokenizer
@@ -169,17 +169,8 @@ def resolve_overlap(setting: str, train: list[Annotated]) -> str:
 
 
 def _read(path: str, data_cfg) -> tuple[list[Annotated], list[str]]:
-    out, skipped = [], []
-    for _, build in iter_annotated(path, data_cfg.encoding):
-        try:
-            out.extend(build().sentences)
-        except DataError as exc:
-            if not data_cfg.skip_bad_rows:
-                raise
-            skipped.append(str(exc))
-    if not out:
-        raise UserError(f"{path}: no sentences")
-    return out, skipped
+    skipped = [] if data_cfg.skip_bad_rows else None
+    return read_annotated(path, data_cfg.encoding, skipped=skipped), skipped or []
 
 
 def _key(files: dict, cfg) -> str:

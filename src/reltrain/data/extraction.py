@@ -342,11 +342,19 @@ def _name(value, path, line, field, strip: bool = True) -> str:
     return value.strip() if strip else value
 
 
-def read_annotated(path: str, encoding: str = "utf-8", labels: bool = True) -> list[Annotated]:
-    """Every sentence of a file; the first bad row is the error."""
+def read_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
+                   skipped: list[str] | None = None) -> list[Annotated]:
+    """Every sentence of a file; the first bad row is the error, or with ``skipped`` (a list)
+    each bad row's ``file:line: field: why`` goes there and the row is left out."""
     sentences = []
     for _, build in iter_annotated(path, encoding, labels):
-        sentences.extend(build().sentences)
+        try:
+            sentences.extend(build().sentences)
+        except DataError as exc:
+            if skipped is None:
+                raise
+            skipped.append(str(exc))
     if not sentences:
-        raise UserError(f"{path}: no sentences")
+        raise UserError(f"{path}: no sentences"
+                        + (f" ({len(skipped)} bad row(s) skipped)" if skipped else ""))
     return sentences
