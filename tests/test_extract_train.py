@@ -181,6 +181,7 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     test = data[2].split("=", 1)[1]
     assert main(["evaluate", str(one), test]) == 0
     metrics = json.loads(capsys.readouterr().out)
+    assert metrics.pop("skipped_rows") == 0
     assert metrics == json.loads((one / "summary.json").read_text())["test"]
     assert main(["export", str(one), str(tmp_path / "shared")]) == 0
     assert rounded(reltrain.load(tmp_path / "shared").extract(answer["text"])) == rounded(answer)
