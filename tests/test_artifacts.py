@@ -201,6 +201,8 @@ def test_tokenizer_config_cannot_send_transformers_to_other_files(trained, tmp_p
     path = saved(payload, tmp_path / "redirected")
     expected = reltrain.load(trained["lm"][0]).predict_text(TEXT, HEAD, TAIL)
     got = reltrain.load(path).predict_text(TEXT, HEAD, TAIL)
+    with pytest.raises(reltrain.UserError, match="labels given entity pairs"):
+        reltrain.load(path).extract(TEXT)
     assert got["top_k"] == expected["top_k"]  # the tokenizer beside it, not the one named
 
 

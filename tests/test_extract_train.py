@@ -164,6 +164,8 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     import reltrain
 
     model = reltrain.load(one)
+    with pytest.raises(reltrain.UserError, match="finds the entities itself: extract"):
+        model.predict_text("Ann Lee works for Acme .", "Ann Lee", "Acme")
     answer = model.extract("Ann Lee works for Acme in Paris .")
     assert set(answer) == {"text", "entities", "relations"}
     for e in answer["entities"]:

@@ -99,6 +99,12 @@ class Extractor:
         answer = self.answers([Annotated(text, (), (), "<text>")])[0]
         return sentence_json(answer.sentence, answer)
 
+    def predict_text(self, *_args, **_kwargs):
+        raise UserError("an extraction model (task=extract) finds the entities itself: "
+                        "extract(text), or extract_rows(sentences) for many")
+
+    predict_rows = predict_text
+
     def extract_rows(self, sentences, batch_size: int = BATCH):
         """Answers (as JSON objects) of any number of sentences, a chunk at a time, in order."""
         it = iter(sentences)

@@ -182,6 +182,11 @@ class Predictor:
         at the offsets), as ``reltrain predict --text`` gives it."""
         return self.answer([make_record(text, head, tail, head_offset, tail_offset)], top_k)[0]
 
+    def extract(self, *_args, **_kwargs):
+        raise UserError("this model labels given entity pairs (task=classify): predict_text(text, "
+                        "head, tail) or predict_rows(rows); extract(text) is an extraction "
+                        "model's (task=extract)")
+
 
 @dataclass
 class Encoded:
