@@ -188,6 +188,14 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     assert main(["export", str(one), str(tmp_path / "shared")]) == 0
     assert rounded(reltrain.load(tmp_path / "shared").extract(answer["text"])) == rounded(answer)
     assert "--text needs --head and --tail" not in capsys.readouterr().err
+    card = (tmp_path / "shared" / "README.md").read_text()
+    assert "Given raw text, it finds the entities (3 types: Loc, Org, Peop)" in card
+    assert f"| {metrics['relations_strict_f1']:.4f} |" in card and "--head" not in card
+    assert 'reltrain predict shared --text "..."' in card and 'model.extract("...")' in card
+    # a folder name that would break out of the commands' code is not spelled in them
+    assert main(["export", str(one), str(tmp_path / "a `b")]) == 0
+    card = (tmp_path / "a `b" / "README.md").read_text()
+    assert "# a \\`b: relation" in card and 'reltrain.load("MODEL_FOLDER")' in card
 
 
 def test_a_bad_row_stops_predict_in_one_line_or_is_answered_by_its_error(one, tmp_path, capsys):
