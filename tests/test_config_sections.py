@@ -1,6 +1,8 @@
 """Per-encoder model sections with defaults of their own; the flat names of the pre-release
 versions are unknown keys, with the sectioned name offered."""
 
+import re
+
 import pytest
 
 from reltrain.config.load import config_from_dict, load_config
@@ -75,3 +77,17 @@ def test_task_extract_has_its_own_defaults_where_none_is_given(tmp_path):
     assert load_config(None, ["train.lr=0.002"]).model.name == "cnn"  # classify: unchanged
     with pytest.raises(UserError, match="task=extract reads text with model.name=bilstm"):
         load_config(None, ["task=extract", "model.name=cnn"])
+
+
+@pytest.mark.parametrize("items, message", [
+    (["task=extract", "model.bilstm.hidden=256"],
+     "model.bilstm.hidden=256 does not apply to task=extract (its BiLSTM is sized by extract.hidden)"),
+    (["task=extract", "model.multi_label=false"], "model.multi_label=false does not apply"),
+    (["task=extract", "eval.negative_label=none"], "eval.negative_label=none does not apply"),
+    (["extract.hidden=64"], "extract.hidden applies to task=extract only (this run is task=classify)"),
+])
+def test_an_option_the_task_has_no_use_for_is_refused_not_ignored(items, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        load_config(None, items)
+    assert load_config(None, ["task=extract", "extract.hidden=64", "model.multi_label=true",
+                              "model.dropout=0.3"]).extract.hidden == 64

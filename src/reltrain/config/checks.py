@@ -41,6 +41,38 @@ def validate(cfg: Config) -> None:
            f"pretrained one), not {m.name}")
     _check(cfg.resume in ("auto", "never") or Path(cfg.resume).exists(),
            f"resume must be auto, never or a checkpoint folder; not found: {cfg.resume}")
+    _check_task_options(cfg)
+
+
+# Options of the pair classifier that a task=extract run has no use for, with what to set instead.
+_NOT_EXTRACT = {"model.bilstm.hidden": " (its BiLSTM is sized by extract.hidden)",
+                "model.bilstm.layers": " (its BiLSTM has one layer, extract.hidden wide)",
+                "model.bilstm.pooling": "", "model.pos_dim": "", "data.pos_limit": "",
+                "model.lm.pooling": "", "model.lm.markers": "", "model.lm.add_chars": "",
+                "model.word_vectors": " (its embeddings start from random)",
+                "model.freeze_embeddings": "", "train.class_weights": "",
+                "eval.negative_label": " (a pair with no relation answers none)"}
+
+
+def _check_task_options(cfg: Config) -> None:
+    """An option the run's task has no use for is refused, not silently ignored: a width set in
+    the other task's section would train a model of another size than asked for."""
+    given = {k: v for k, v in dotted(to_dict(cfg)).items()
+             if v != _DEFAULTS.get(k, v) and k.startswith(("model.", "data.", "train.", "eval.",
+                                                           "extract."))}
+    for key, value in given.items():
+        if cfg.task == "extract":
+            _check(key not in _NOT_EXTRACT, f"{key}={value} does not apply to task=extract"
+                                            f"{_NOT_EXTRACT.get(key, '')}: leave it out")
+            _check(key != "model.multi_label" or value != "false",
+                   "model.multi_label=false does not apply to task=extract: it answers every "
+                   "relation above its threshold (several on one pair, or none)")
+        else:
+            _check(not key.startswith("extract."), f"{key} applies to task=extract only (this "
+                                                   f"run is task={cfg.task})")
+
+
+_DEFAULTS = dotted(to_dict(Config()))
 
 
 def check_file(path: str, name: str) -> None:
