@@ -384,6 +384,8 @@ def test_evaluate_skips_bad_gold_rows_when_asked(one, data, tmp_path, capsys):
         {"start": 0, "end": 99, "type": "Peop"}]}) + "\n")
     assert "gold.jsonl:25: field 'entities[0]': [0, 99) lies outside" in cli_error(
         capsys, "evaluate", str(one), str(gold))
+    assert "--negative-label does not apply to an extraction model" in cli_error(
+        capsys, "evaluate", str(one), str(test), "--negative-label", "none")
     metrics = main_json(capsys, "evaluate", str(one), str(gold), "--skip-bad-rows")
     assert metrics["skipped_rows"] == 1
     assert metrics == {**main_json(capsys, "evaluate", str(one), str(test)), "skipped_rows": 1}

@@ -17,6 +17,7 @@ from reltrain.evaluation.evaluate import evaluate
 from reltrain.data.answers import sentence_json
 from reltrain.data.extraction import read_annotated
 from reltrain.evaluation.span_decode import evaluate_spans
+from reltrain.runtime.errors import UserError
 
 log = logging.getLogger("reltrain.evaluate")
 
@@ -60,6 +61,9 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
 def _evaluate_extraction(extractor, o: EvaluateOptions, ctx: D.DistContext) -> dict:
     """Entities and relations of a gold file (any of the extraction formats) against the
     model's answers, scored as a run's test set is; the same on every rank."""
+    if o.negative_label is not None:  # every rank alike
+        raise UserError("--negative-label does not apply to an extraction model: a pair with no "
+                        "relation answers none")
     skipped = [] if o.skip_bad_rows else None
     gold = read_annotated(o.data, o.encoding, skipped=skipped)
     if ctx.is_main:
