@@ -397,6 +397,16 @@ def main_json(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
+def test_texts_longer_than_the_model_reads_are_counted(one, tmp_path, caplog, capsys):
+    rows = tmp_path / "rows.txt"
+    rows.write_text("Ann Lee works for Acme .\n" + "Ann Lee works for Acme . " * 60 + "\n")
+    assert main(["predict", str(one), str(rows), "--workers", "2", "--chunk-rows", "1"]) == 0
+    assert "1 text(s) are longer than this model reads" in caplog.text
+    caplog.clear()
+    assert main(["predict", str(one), "--text", "Ann Lee works for Acme ."]) == 0
+    assert "longer than this model reads" not in caplog.text
+
+
 def test_text_an_extraction_model_cannot_read_is_warned_about(one, tmp_path, caplog, capsys):
     chinese = tmp_path / "zh.txt"
     chinese.write_text("李明在北京的阿里巴巴工作。\n王芳出生于上海。\n", encoding="utf-8")

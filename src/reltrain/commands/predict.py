@@ -118,7 +118,7 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
     with a progress bar; returns how many lines were written."""
     from tqdm.auto import tqdm
 
-    written, bad = 0, 0
+    written, bad, cut = 0, 0, 0
     # The bar counts what is written, so under torchrun it covers every rank's rows.
     with output_stream(o.output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
                                               disable=not progress_enabled(o.progress, True)) as bar, \
@@ -129,10 +129,14 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
             out.flush()
             written += len(chunk.lines)
             bad += chunk.bad
+            cut += chunk.cut
             bar.update(len(chunk.lines))
     if bad:
         log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
                     "its place", bad, o.data)
+    if cut:
+        log.warning("%d text(s) are longer than this model reads (its data.max_len units): only "
+                    "their beginning was searched for entities; split them into sentences", cut)
     return written
 
 
@@ -142,6 +146,7 @@ class Lines:
 
     lines: list[str]
     bad: int = 0
+    cut: int = 0  # an extraction model's texts longer than it reads (data.max_len units)
 
 
 def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Lines]:
@@ -290,13 +295,13 @@ def _extracted(extractor, parsed: list) -> Lines:
     row's sentences answered in order (a PURE document holds several), a bad row's error in its
     place."""
     answers = extractor.extract_rows([s for item in _good(parsed) for s in item.sentences])
-    lines = []
+    lines, cut = [], extractor.cut
     for line, item in parsed:
         if isinstance(item, DataError):
             lines.append(_JSON.encode({"line": line, "error": str(item)}))
         else:
             lines.extend(_JSON.encode(next(answers)) for _ in item.sentences)
-    return Lines(lines, sum(isinstance(item, DataError) for _, item in parsed))
+    return Lines(lines, sum(isinstance(item, DataError) for _, item in parsed), extractor.cut - cut)
 
 
 # json.dumps(..., ensure_ascii=False) itself, without making an encoder for every line

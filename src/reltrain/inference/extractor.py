@@ -45,6 +45,7 @@ class Extractor:
         self.pad_id = lm.pad_id if lm is not None else 0
         self.unk_id = lm.hf.unk_token_id if lm is not None else vocab.encode([UNK])[0]
         self.card = {"test": artifact.test, "best": artifact.best}
+        self.cut = 0  # texts read only in part (longer than data.max_len units), so far
 
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: torch.device,
@@ -62,6 +63,9 @@ class Extractor:
 
     def dataset(self, sentences: list[Annotated]) -> SpanDataset:
         examples = [self.encoder(s, labelled=False) for s in sentences]
+        # texts past data.max_len units: only their first units are read (predict counts them)
+        self.cut += sum(bool(s.text[ex.units[-1, 1] if len(ex.units) else 0:].strip())
+                        for s, ex in zip(sentences, examples))
         return SpanDataset(examples, sentences, self.pad_id, self.entity_types, self.labels,
                            flat=self.config.extract.overlap == "flat", symmetric=self.symmetric)
 
