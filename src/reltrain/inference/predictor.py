@@ -88,11 +88,10 @@ class Predictor:
             model, precision = onnx, Precision(None, "onnxruntime runs the exported fp32 graph")
         else:
             precision = resolve_precision(amp, device, config.model.pretrained_encoder)
-            cfg = artifact.config
             model = build_checked_model(artifact, lambda: build_model(
-                cfg.model, encoder.size, len(labels), cfg.data.pos_limit,
+                config.model, encoder.size, len(labels), config.data.pos_limit,
                 hf_config=artifact.hf_config, added_tokens=encoder.added_tokens),
-                where, f"a {cfg.model.name} model")
+                where, f"a {config.model.name} model")
         predictor = cls(model.to(device), config, labels, encoder, device, precision)
         predictor.card = {"test": artifact.test, "best": artifact.best}
         return predictor
