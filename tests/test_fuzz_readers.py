@@ -84,3 +84,60 @@ def test_label_files(data):
             except UserError:
                 continue
             assert len(labels) == len(set(labels))
+
+
+# The extraction task's four gold formats, one valid row each (two for the line formats).
+EXTRACTION = {
+    "spert": '[{"tokens": ["Ann", "Lee", "works", "for", "Acme", "."], "entities": [{"type": '
+             '"Peop", "start": 0, "end": 2}, {"type": "Org", "start": 4, "end": 5}], "relations": '
+             '[{"type": "Work_For", "head": 0, "tail": 1}]}]\n',
+    "pure": '{"doc_key": "d", "sentences": [["Ann", "Lee", "works", "for", "Acme", "."], ["Bo", '
+            '"left", "."]], "ner": [[[0, 1, "PER"], [4, 4, "ORG"]], [[6, 6, "PER"]]], "relations": '
+            '[[[0, 1, 4, 4, "WORKS"]], []]}\n',
+    "duie": '{"text": "李明在北京工作。", "spo_list": [{"subject": "李明", "subject_type": "人物", '
+            '"predicate": "工作地", "object": {"@value": "北京"}, "object_type": {"@value": "地点"}}]}\n'
+            '{"text": "王芳出生于上海。", "spo_list": [{"subject": "王芳", "subject_type": "人物", '
+            '"predicate": "出生地", "object": "上海", "object_type": "地点"}]}\n',
+    "reltrain": '{"text": "Ann Lee works for Acme .", "entities": [{"start": 0, "end": 7, "type": '
+                '"Peop"}, {"start": 18, "end": 22, "type": "Org"}], "relations": [{"head": 0, '
+                '"tail": 1, "type": "Work_For"}]}\n{"text": "Bo left .", "entities": [], '
+                '"relations": []}\n',
+}
+
+
+def extraction_outcome(data: bytes, skip: bool) -> None:
+    """Sentences whose every span lies in its text and every relation joins two of its
+    entities, or one clear line; never another exception."""
+    from reltrain.data.extraction import read_annotated
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "f.json"
+        path.write_bytes(data)
+        try:
+            sentences = read_annotated(str(path), skipped=[] if skip else None)
+        except UserError as exc:
+            assert str(exc) and "\n" not in str(exc)
+            return
+        for s in sentences:
+            assert all(0 <= e.start < e.end <= len(s.text) for e in s.entities)
+            assert all(r.head != r.tail and max(r.head, r.tail) < len(s.entities)
+                       for r in s.relations)
+
+
+@SETTINGS
+@given(st.sampled_from(sorted(EXTRACTION)).flatmap(lambda kind: edited(EXTRACTION[kind])),
+       st.booleans())
+def test_edited_extraction_files(data, skip):
+    extraction_outcome(data, skip)
+
+
+def test_the_extraction_samples_are_valid():
+    from reltrain.data.extraction import detect, read_annotated
+
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind, text in EXTRACTION.items():
+            path = Path(tmp) / f"{kind}.json"
+            path.write_text(text, encoding="utf-8")
+            assert detect(str(path)) == kind
+            sentences = read_annotated(str(path))
+            assert sum(len(s.relations) for s in sentences) == (2 if kind == "duie" else 1)
