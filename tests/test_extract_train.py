@@ -338,6 +338,11 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path)
     save_file(weights, str(folder / "model.safetensors"))
     line = user_error(run_cli("predict", str(folder), "--text", "Ann Lee works for Acme ."))
     assert "weights do not fit an extraction model with this vocabulary and label set (thresholds" in line
+    # a folder from before thresholds were tuned has none: every relation at extract.threshold
+    save_file({k: v for k, v in weights.items() if k != "thresholds"}, str(folder / "model.safetensors"))
+    import reltrain
+
+    assert reltrain.load(folder).model.thresholds.tolist() == [0.5] * 3
 
 
 @pytest.mark.parametrize("key, value, expected", [
