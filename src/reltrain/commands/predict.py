@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from itertools import chain, islice
 from typing import TYPE_CHECKING
@@ -81,6 +81,10 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
         if o.data == STDIN and ctx.distributed:  # the ranks would share one stream
             raise SharedUserError("DATA '-' (standard input) is read by one process: drop "
                                   "--devices / torchrun, or give a file")
+        if extracting and o.top_k is not None:
+            raise SharedUserError("--top-k does not apply to an extraction model: it answers "
+                                  "every relation above its threshold")
+        o = replace(o, top_k=3 if o.top_k is None else o.top_k)
         if not extracting and o.top_k > len(predictor.labels):
             raise SharedUserError(f"--top-k must be between 1 and {len(predictor.labels)} (the "
                                   f"model's relations), not {o.top_k}")

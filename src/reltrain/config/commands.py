@@ -95,7 +95,9 @@ class PredictOptions(ModelOptions):
                                         "occurrence)", kind=int)
     tail_offset: int | None = opt(None, "character offset of the tail (default: first "
                                         "occurrence)", kind=int)
-    top_k: int = opt(3, "alternatives per answer (default 3)", bound=AT_LEAST_1)
+    top_k: int | None = opt(None, "alternatives per answer (default 3; a classifier's: an "
+                                  "extraction model answers every relation above its threshold)",
+                            kind=int, bound=AT_LEAST_1)
     output: str | None = opt(None, "write JSON lines here instead of stdout", kind=str,
                              metavar="FILE")
     progress: str = opt("auto", "progress bar with rows/s (auto: on a terminal)", choices=SWITCH)
