@@ -235,6 +235,9 @@ def test_the_server_and_its_demo_page_answer_raw_text(one, tmp_path):
         assert srv.post({"text": text, "head": "Ann Lee"}) == (422, {
             "error": "unknown key 'head'; an extraction model takes text and id", "field": "head"})
         assert srv.post([{"text": " "}])[1]["field"] == "[0].text"
+        assert srv.post({"text": text}, "/predict?top_k=2") == (422, {
+            "error": "top_k does not apply to an extraction model: it answers every relation "
+                     "above its threshold", "field": "top_k"})
         status, info = srv.get("/model")
         assert info["task"] == "extract" and info["entity_types"] == ["Loc", "Org", "Peop"]
 

@@ -187,6 +187,9 @@ def _add_predict(app, state: dict, options: ServeOptions, extracting: bool) -> N
         """Relations for one example or a list; a sentence with entities gives every pair; an
         extraction model takes sentences alone (``{"text"}``)."""
         k = options.top_k if top_k is None else top_k
+        if extracting and top_k is not None:
+            return _error(422, "top_k does not apply to an extraction model: it answers every "
+                               "relation above its threshold", "top_k")
         if not extracting and not 1 <= k <= len(state["predictor"].labels):
             return _error(422, f"top_k must be between 1 and {len(state['predictor'].labels)}",
                           "top_k")
