@@ -52,14 +52,13 @@ _NOT_EXTRACT = {"model.bilstm.hidden": " (its BiLSTM is sized by extract.hidden)
                 "model.word_vectors": " (its embeddings start from random)",
                 "model.freeze_embeddings": "", "train.class_weights": "",
                 "eval.negative_label": " (a pair with no relation answers none)"}
+_DEFAULTS = dotted(to_dict(Config()))  # what a run that sets nothing has
 
 
 def _check_task_options(cfg: Config) -> None:
     """An option the run's task has no use for is refused, not silently ignored: a width set in
     the other task's section would train a model of another size than asked for."""
-    given = {k: v for k, v in dotted(to_dict(cfg)).items()
-             if v != _DEFAULTS.get(k, v) and k.startswith(("model.", "data.", "train.", "eval.",
-                                                           "extract."))}
+    given = {k: v for k, v in dotted(to_dict(cfg)).items() if v != _DEFAULTS.get(k, v)}
     for key, value in given.items():
         if cfg.task == "extract":
             _check(key not in _NOT_EXTRACT, f"{key}={value} does not apply to task=extract"
@@ -70,9 +69,6 @@ def _check_task_options(cfg: Config) -> None:
         else:
             _check(not key.startswith("extract."), f"{key} applies to task=extract only (this "
                                                    f"run is task={cfg.task})")
-
-
-_DEFAULTS = dotted(to_dict(Config()))
 
 
 def check_file(path: str, name: str) -> None:
