@@ -1,7 +1,13 @@
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from reltrain.data.schema import Entity, Record
 from reltrain.data.tokenize import Tokenizer, truncate
+
+from conftest import ROOT
+
+CONLL04 = ROOT.parent / "shared" / "data" / "conll04"
 
 
 def rec(text, h, t, tokens=None):
@@ -64,3 +70,45 @@ def test_truncate_centres_on_entities_and_never_cuts_one():
     assert len(end.tokens) == 20 and end.tokens[end.tail[0]] == "w99"
     short = truncate(tokens[:10], (0, 1), (2, 3), max_len=20)
     assert not short.truncated and short.tokens == tokens[:10]
+
+
+def test_treebank_units_keep_what_treebanks_keep_whole():
+    """Raw text meets an English span model in the units of its training data (CoNLL04's
+    tokens): cut at every punctuation mark, "U.S." was four units the model never saw."""
+    text = ("Kevin O'Brien of Chisholm, Minn., said the U.S. paid $5.5 million, 1,000 times, "
+            "to Avihu Bin-Nun; it can't be... wait -- Dr. Lee left.")
+    pieces = Tokenizer("treebank").pieces(text, set())
+    assert [p[0] for p in pieces] == [
+        "Kevin", "O", "'Brien", "of", "Chisholm", ",", "Minn.", ",", "said", "the", "U.S.",
+        "paid", "$5.5", "million", ",", "1,000", "times", ",", "to", "Avihu", "Bin-Nun", ";",
+        "it", "ca", "n't", "be", "...", "wait", "--", "Dr.", "Lee", "left", "."]
+    assert all(text[s:e] == tok for tok, s, e in pieces)
+    # an entity's edge still cuts: "Calif." as a gold entity of its own without its period
+    cut = Tokenizer("treebank").pieces("in Calif. today", {3, 8})
+    assert [p[0] for p in cut] == ["in", "Calif", ".", "today"]
+
+
+@given(st.text(alphabet=st.sampled_from("ab1 .,-'’$n\t\nT"), max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_treebank_pieces_cover_every_character_once(text):
+    pieces = Tokenizer("treebank").pieces(text, set())
+    assert "".join(p[0] for p in pieces) == "".join(text.split())
+    assert all(text[s:e] == tok and tok.strip() == tok for tok, s, e in pieces)
+    assert all(a[2] <= b[1] for a, b in zip(pieces, pieces[1:]))
+
+
+@pytest.mark.skipif(not CONLL04.is_dir(), reason="no shared CoNLL04 data")
+def test_extraction_units_of_raw_conll04_text_are_its_tokens():
+    """The English extraction units (auto: treebank) of CoNLL04's sentences, joined as raw text,
+    are its own tokens in most of them (1 in 3 with the word cuts); the rest are mostly
+    its periods glued to a sentence's last word ("Kosovo.")."""
+    import json
+    from types import SimpleNamespace
+
+    from reltrain.data.extract_prepare import unit_tokenizer
+
+    rows = json.loads((CONLL04 / "valid.json").read_text())
+    units = unit_tokenizer(SimpleNamespace(tokenizer="auto", language="en"))
+    same = sum([p[0] for p in units.pieces(" ".join(r["tokens"]), set())] == r["tokens"]
+               for r in rows)
+    assert same / len(rows) > 0.65

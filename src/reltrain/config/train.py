@@ -72,8 +72,10 @@ class DataConfig:
     test: str = _opt("", "test file, scored once with the best checkpoint")
     labels: str = _opt("", "label file (relation.csv or one label per line); empty: from data.train")
     language: str = _opt("en", "zh or en", ("zh", "en"))
-    tokenizer: str = _opt("auto", "auto (zh: jieba, en: word), jieba, char or word",
-                          ("auto", "jieba", "char", "word"))
+    tokenizer: str = _opt("auto", "auto (zh: jieba, en: word; task=extract: zh char, en "
+                                  "treebank), jieba, char, word (at every punctuation mark) or "
+                                  "treebank (U.S., Calif., Bin-Nun, 1,000 whole; 's apart)",
+                          ("auto", "jieba", "char", "word", "treebank"))
     lowercase: bool = _opt(True, "lower-case English tokens")
     max_len: int = _opt(200, "tokens kept per sentence; the window is placed around the entities",
                         bound=Bound(lambda v: 8 <= v <= 1_000_000, "between 8 and 1000000"))

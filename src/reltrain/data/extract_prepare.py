@@ -41,11 +41,12 @@ class PreparedSpans:
 
 
 def unit_tokenizer(data_cfg) -> Tokenizer:
-    """Units of the span model: words for English, characters for Chinese (jieba's words may
-    cross an entity's edge, which no span could then match)."""
+    """Units of the span model: words as treebanks cut them for English (the tokens of the
+    data it is trained on, CoNLL04's), characters for Chinese (jieba's words may cross an
+    entity's edge, which no span could then match)."""
     kind = data_cfg.tokenizer
     if kind == "auto":
-        kind = "char" if data_cfg.language == "zh" else "word"
+        kind = "char" if data_cfg.language == "zh" else "treebank"
     return Tokenizer(kind, lowercase=False)
 
 
@@ -190,4 +191,6 @@ def _key(files: dict, cfg) -> str:
         digest.update(cfg.extract.symmetric.encode())
     if cfg.extract.shapes:  # likewise
         digest.update(b"shapes")
+    if unit_tokenizer(d).kind == "treebank":  # English units before it were cut as "word"
+        digest.update(b"treebank")
     return digest.hexdigest()[:16]
