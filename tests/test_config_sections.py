@@ -91,3 +91,11 @@ def test_an_option_the_task_has_no_use_for_is_refused_not_ignored(items, message
         load_config(None, items)
     assert load_config(None, ["task=extract", "extract.hidden=64", "model.multi_label=true",
                               "model.dropout=0.3"]).extract.hidden == 64
+
+
+def test_an_odd_extraction_width_is_refused_by_its_bound():
+    """extract.hidden is both directions' width: an odd one built a BiLSTM one unit narrower
+    than the span classifier expected, and training stopped with a matrix-shape traceback."""
+    with pytest.raises(UserError, match="extract.hidden must be an even number between 2 and"):
+        load_config(None, ["task=extract", "extract.hidden=201"])
+    assert load_config(None, ["task=extract", "extract.hidden=202"]).extract.hidden == 202

@@ -71,6 +71,33 @@ def test_shapes_start_at_zero_and_then_tell_a_name_from_a_word():
         assert not states[0, 6:].any()  # padding stays zero
 
 
+@pytest.mark.parametrize("width", [8, 7])
+def test_a_context_lstm_reads_each_sentence_within_its_length(width):
+    """extract.context_layers: a sentence's units come out the same alone and beside a longer
+    one (the BiLSTM never reads padding from either side), changed from the encoder's own, and
+    zero past its end (an odd width too: the BiLSTM's output is one unit short)."""
+    data = sentences()
+    enc, vocab = encoder(data)
+    torch.manual_seed(0)
+    model = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), width, len(TYPES),
+                              len(RELATIONS), 3, context_layers=2).eval()
+    model.encoder.hidden = width
+    if width == 7:  # the encoder's states narrowed to an odd width
+        model.encoder.forward = lambda ids, mask, noise=None: WordEncoder.forward(
+            model.encoder, ids, mask, noise)[..., :7]
+        model.context = torch.nn.LSTM(7, 3, num_layers=2, batch_first=True, bidirectional=True)
+    both = collate_spans([enc(data[2]), enc(data[1])], [0, 1], 0, len(RELATIONS))
+    alone = collate_spans([enc(data[2])], [0], 0, len(RELATIONS))
+    with torch.no_grad():
+        padded = model.units(both.ids, both.mask, both.first, both.unit_mask)
+        single = model.units(alone.ids, alone.mask, alone.first, alone.unit_mask)
+        n = int(alone.unit_mask.sum())
+        torch.testing.assert_close(padded[0, :n], single[0, :n])
+        assert not padded[0, n:].any() and padded.size(-1) == width
+        plain = model.encoder(alone.ids, alone.mask)
+        assert not torch.allclose(single[0, :n], plain[0, :n])
+
+
 def test_range_max_is_the_plain_max():
     torch.manual_seed(0)
     h = torch.randn(3, 13, 5)

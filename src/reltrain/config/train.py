@@ -233,8 +233,9 @@ class ExtractConfig:
     tune_thresholds: bool = _opt(True, "task=extract: each validation chooses every relation's "
                                        "threshold (0.05 to 0.95) for its best validation F1; the "
                                        "model keeps them with its weights")
-    hidden: int = _opt(200, "task=extract with reltrain's own encoder: the BiLSTM's width",
-                       bound=WIDTH)
+    hidden: int = _opt(200, "task=extract with reltrain's own encoder: the BiLSTM's width, "
+                            "both directions", bound=Bound(lambda v: 2 <= v <= MAX_WIDTH and v % 2 == 0,
+                                                           f"an even number between 2 and {MAX_WIDTH}"))
     overlap: str = _opt("auto", "task=extract: flat (a mention that overlaps a better-scoring one "
                                 "is dropped), nested (kept) or auto (nested where a fifth or "
                                 "more of the training sentences have overlapping mentions; the "
@@ -257,6 +258,10 @@ class ExtractConfig:
     shapes: bool = _opt(False, "task=extract: each unit's shape (lower case, capitalised, "
                                "capitals, digits, mixed, other) is added to its state: the "
                                "capitals a lowercasing encoder (MiniLM's) never sees")
+    context_layers: int = _opt(0, "task=extract: layers of a BiLSTM over the encoder's units "
+                                  "whose output is added to each unit's state (CoNLL04 with "
+                                  "MiniLM: entities F1 +1 point, docs/extraction.md); 0: none",
+                               bound=Bound(lambda v: 0 <= v <= 4, "between 0 and 4"))
 
 
 @dataclass

@@ -92,7 +92,7 @@ class SpanRelationModel(nn.Module):
     def __init__(self, encoder: nn.Module, hidden: int, num_types: int, num_relations: int,
                  max_width: int, width_dim: int = 25, dropout: float = 0.1,
                  threshold: float = 0.5, tags: bool = False, shapes: int = 0,
-                 negatives: int = 0):
+                 negatives: int = 0, context_layers: int = 0):
         super().__init__()
         self.negatives = negatives  # training only: nothing of it is saved
         # Each relation's threshold: saved with the weights, so the checkpoint that validation
@@ -102,6 +102,9 @@ class SpanRelationModel(nn.Module):
         if shapes:  # extract.shapes; zeros at first, so training starts from the encoder alone
             self.shape = nn.Embedding(shapes, hidden)
             nn.init.zeros_(self.shape.weight)
+        if context_layers:  # its output added to the states: a word reads its neighbours again
+            self.context = nn.LSTM(hidden, hidden // 2, num_layers=context_layers,
+                                   batch_first=True, bidirectional=True)
         self.width = nn.Embedding(max_width + 1, width_dim)
         span_dim = 3 * hidden + width_dim
         self.span_dropout = ExampleDropout(dropout, stream=11)
@@ -125,7 +128,19 @@ class SpanRelationModel(nn.Module):
             states = take_rows(states, first)  # (B, U, H)
         if hasattr(self, "shape"):
             states = states + self.shape(shapes)
+        if hasattr(self, "context"):
+            states = states + self._context(states, unit_mask)
         return states * unit_mask.unsqueeze(-1)
+
+    def _context(self, states, unit_mask) -> torch.Tensor:
+        """extract.context_layers: a BiLSTM over the units' states, each sentence read within
+        its length (packed: padding never reaches a unit from either side)."""
+        lengths = unit_mask.sum(1).clamp(min=1).cpu()
+        packed = nn.utils.rnn.pack_padded_sequence(states, lengths, batch_first=True,
+                                                   enforce_sorted=False)
+        out, _ = self.context(packed)
+        out = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=states.size(1))[0]
+        return F.pad(out, (0, states.size(-1) - out.size(-1)))  # an odd width: one unit short
 
     def span_reps(self, states, span_batch, spans,
                   chosen: bool = False) -> tuple[torch.Tensor, RangeMax]:
@@ -347,4 +362,5 @@ def build_span_model(model_cfg, extract_cfg, vocab_size: int, num_types: int,
                              threshold=extract_cfg.threshold,
                              tags=extract_cfg.mentions == "tags",
                              shapes=SHAPES if extract_cfg.shapes else 0,
-                             negatives=extract_cfg.negatives)
+                             negatives=extract_cfg.negatives,
+                             context_layers=extract_cfg.context_layers)
