@@ -81,7 +81,6 @@ def test_a_context_lstm_reads_each_sentence_within_its_length(width):
     torch.manual_seed(0)
     model = SpanRelationModel(WordEncoder(len(vocab), 8, 8, 1, 0.0), width, len(TYPES),
                               len(RELATIONS), 3, context_layers=2).eval()
-    model.encoder.hidden = width
     if width == 7:  # the encoder's states narrowed to an odd width
         model.encoder.forward = lambda ids, mask, noise=None: WordEncoder.forward(
             model.encoder, ids, mask, noise)[..., :7]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import partial
 from typing import Callable
 
 from reltrain.data.schema import Record
@@ -36,12 +37,8 @@ class Tokenized:
 
 # Each gives the pieces of ``text``, offsets counted from ``at``, where it starts in its sentence.
 
-def _word_pieces(text: str, at: int = 0) -> list[Piece]:
-    return [(m.group(), at + m.start(), at + m.end()) for m in _WORD.finditer(text)]
-
-
-def _treebank_pieces(text: str, at: int = 0) -> list[Piece]:
-    return [(m.group(), at + m.start(), at + m.end()) for m in _TREEBANK.finditer(text)]
+def _matches(pattern: re.Pattern, text: str, at: int = 0) -> list[Piece]:
+    return [(m.group(), at + m.start(), at + m.end()) for m in pattern.finditer(text)]
 
 
 def _char_pieces(text: str, at: int = 0) -> list[Piece]:
@@ -61,8 +58,8 @@ def _jieba_pieces(text: str, at: int = 0) -> list[Piece]:
 
 
 _KINDS: dict[str, Callable[[str, int], list[Piece]]] = {
-    "word": _word_pieces, "char": _char_pieces, "jieba": _jieba_pieces,
-    "treebank": _treebank_pieces,
+    "word": partial(_matches, _WORD), "treebank": partial(_matches, _TREEBANK),
+    "char": _char_pieces, "jieba": _jieba_pieces,
 }
 
 
