@@ -99,3 +99,12 @@ def test_an_odd_extraction_width_is_refused_by_its_bound():
     with pytest.raises(UserError, match="extract.hidden must be an even number between 2 and"):
         load_config(None, ["task=extract", "extract.hidden=201"])
     assert load_config(None, ["task=extract", "extract.hidden=202"]).extract.hidden == 202
+
+
+@pytest.mark.parametrize("value", ["-1", "5", "two"])
+def test_the_context_lstm_depth_is_bounded(value):
+    """extract.context_layers builds that many BiLSTM layers: a negative or huge depth from a
+    config file is one line, not a model."""
+    with pytest.raises(UserError, match="extract.context_layers"):
+        load_config(None, ["task=extract", f"extract.context_layers={value}"])
+    assert load_config(None, ["task=extract", "extract.context_layers=1"]).extract.context_layers == 1
