@@ -22,8 +22,11 @@ from conftest import (SCRATCH, WORKER_ENV, data_overrides, ok, read_jsonl, torch
 
 pytestmark = pytest.mark.slow
 
+# dist.timeout_s: a wait on the killed peer that no closed socket ends (CI saw the survivor
+# still running 300 s after the kill, once in many runs) fails its collective within 2 minutes,
+# and the agent restarts the survivor as it would after a reset connection.
 ARGS = ["log.progress=false", "model.cnn.num_filters=32", "train.batch_size=16",
-        "train.global_batch_size=32", "train.epochs=3", "ckpt.every_steps=4"]
+        "train.global_batch_size=32", "train.epochs=3", "ckpt.every_steps=4", "dist.timeout_s=120"]
 
 
 def free_port() -> int:
@@ -47,6 +50,11 @@ def agent(endpoint: str, args: list[str], log: Path) -> subprocess.Popen:
                             stderr=open(log, "w"), start_new_session=True)
 
 
+def logs(tmp_path: Path) -> str:
+    return "\n".join(f"--- {name} (tail)\n" + (tmp_path / name).read_text()[-3000:]
+                     for name in ("a.log", "b.log"))
+
+
 def saved_step(run_dir: Path) -> int:
     sidecar = run_dir / "checkpoints" / "last" / "epoch.json"
     try:
@@ -68,11 +76,15 @@ def test_losing_a_node_goes_on_as_a_world_of_one(small_en, tmp_path):
     try:
         deadline = time.monotonic() + 180
         while saved_step(out) < 10:  # 8 steps an epoch: the checkpoint at step 12, mid-epoch 2
-            assert time.monotonic() < deadline and host.poll() is None, (tmp_path / "a.log").read_text()[-3000:]
+            assert time.monotonic() < deadline and host.poll() is None, logs(tmp_path)
             time.sleep(0.1)
         for pid in [*children(lost.pid), lost.pid]:  # the "node": its agent and its worker
             os.kill(pid, signal.SIGKILL)
-        assert host.wait(timeout=300) == 0, (tmp_path / "a.log").read_text()[-4000:]
+        try:
+            code = host.wait(timeout=420)
+        except subprocess.TimeoutExpired:
+            code = "still running 420 s after the kill"
+        assert code == 0, logs(tmp_path)
     finally:
         for proc in (host, lost):
             if proc.poll() is None:
