@@ -407,14 +407,49 @@ def main_json(capsys, *argv: str) -> dict:
     return json.loads(capsys.readouterr().out)
 
 
-def test_texts_longer_than_the_model_reads_are_counted(one, tmp_path, caplog, capsys):
-    rows = tmp_path / "rows.txt"
-    rows.write_text("Ann Lee works for Acme .\n" + "Ann Lee works for Acme . " * 60 + "\n")
-    assert main(["predict", str(one), str(rows), "--workers", "2", "--chunk-rows", "1"]) == 0
-    assert "1 text(s) are longer than this model reads" in caplog.text
-    caplog.clear()
-    assert main(["predict", str(one), "--text", "Ann Lee works for Acme ."]) == 0
+def predicted(one, tmp_path, texts: list[str], *flags: str) -> list[dict]:
+    rows, out = tmp_path / "rows.txt", tmp_path / "answers.jsonl"
+    rows.write_text("".join(text + "\n" for text in texts))
+    assert main(["predict", str(one), str(rows), "--output", str(out), *flags]) == 0
+    return [json.loads(line) for line in out.read_text().splitlines()]
+
+
+def test_a_text_of_many_sentences_is_answered_sentence_by_sentence(one, tmp_path, caplog):
+    """The model was trained on sentences (extract.sentences resolved to split): a text of 60
+    sentences (about 360 units; the model reads data.max_len = 200) answers exactly what each
+    sentence answers alone, at its offsets into the text, and no relation between two."""
+    kept = json.loads((one / "checkpoints/best/config.json").read_text())["reltrain_config"]
+    assert kept["extract"]["sentences"] == "split"
+    short = ["Ann Lee works for Acme .", "Bob Day killed Ann Lee .",
+             "Nothing happened in Rome today ."]
+    text = " ".join(short * 20)
+    answers = predicted(one, tmp_path, [*short, text], "--workers", "2", "--chunk-rows", "1")
+    alone, whole = answers[:3], answers[3]
+    assert all(a["entities"] for a in alone) and any(a["relations"] for a in alone)
+    expected, entities, at = set(), [], 0
+    for k in range(60):
+        answer = alone[k % 3]
+        ends = [(e["start"] + at, e["end"] + at, e["type"]) for e in answer["entities"]]
+        expected |= {(ends[r["head"]], ends[r["tail"]], r["type"]) for r in answer["relations"]}
+        entities += ends
+        at += len(short[k % 3]) + 1
+    found = [(e["start"], e["end"], e["type"]) for e in whole["entities"]]
+    assert found == entities and expected
+    assert {(found[r["head"]], found[r["tail"]], r["type"]) for r in whole["relations"]} == expected
     assert "longer than this model reads" not in caplog.text
+
+
+def test_a_sentence_longer_than_the_model_reads_is_read_in_windows(one, tmp_path, caplog):
+    """One sentence of about 420 units: the windows past the first are searched too, their
+    entities at offsets into the whole text, none answered twice where windows overlap."""
+    part = "Ann Lee works for Acme and "
+    [answer] = predicted(one, tmp_path, [part * 60 + "Rome ."])
+    assert "1 text(s) hold a sentence longer than this model reads at once" in caplog.text
+    spans = [(e["start"], e["end"]) for e in answer["entities"]]
+    assert len(spans) == len(set(spans)) and spans == sorted(spans)
+    for e in answer["entities"]:
+        assert answer["text"][e["start"]:e["end"]] == e["text"]
+    assert max(e["start"] for e in answer["entities"]) > 50 * len(part)  # first window: ~30
 
 
 def test_text_an_extraction_model_cannot_read_is_warned_about(one, tmp_path, caplog, capsys):

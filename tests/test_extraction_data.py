@@ -11,6 +11,7 @@ import pytest
 
 from reltrain.data.extraction import MAX_ENTITIES, MAX_MENTIONS, detect, iter_annotated, read_annotated
 from reltrain.data.schema import Annotated, Link, Span
+from reltrain.data.sentences import resolve_sentences, sentence_starts
 from reltrain.evaluation.extraction import ExtractionCounts, extraction_metrics
 from reltrain.runtime.errors import DataError
 
@@ -233,3 +234,26 @@ def test_a_damaged_test_predictions_file_leaves_its_bad_rows_out_of_the_report(t
     [shown] = view["sentences"]
     assert shown["row"] == 1 and shown["spurious"] == []
     assert shown["missed"] == [["Acme Corp", "Org", "OrgBased_In", "Paris", "Loc"]]
+
+
+def test_sentences_begin_where_sentencex_says_and_not_after_an_abbreviation():
+    text = "Mr. Lee of the U.S. Army was born in Kosovo. He left in 1990! Why? \"Work.\" She said"
+    starts = sentence_starts(text, "en")
+    assert [text[s:s + 7] for s in starts] == ["He left", "Why? \"W", "\"Work.\"", "She sai"]
+    assert sentence_starts("U.S. Army units met Mr. Lee.", "en") == []
+    assert sentence_starts("One sentence, no mark", "en") == []
+    zh = "《你好》是张三导演的电影。该片由李四主演！"
+    assert sentence_starts(zh, "zh") == [zh.index("该")]
+
+
+def test_auto_answers_sentence_by_sentence_unless_training_relations_cross_sentences():
+    def sentence(text: str, head: str, tail: str) -> Annotated:
+        ends = [Span(text.index(w), text.index(w) + len(w), "T") for w in (head, tail)]
+        return Annotated(text, tuple(ends), (Link(0, 1, "r"),), "t")
+
+    one = sentence("Ann met Bob. Then she left.", "Ann", "Bob")
+    across = sentence("Ann came. Bob stayed.", "Ann", "Bob")
+    assert resolve_sentences("auto", [one] * 20, "en") == "split"
+    assert resolve_sentences("auto", [one] * 19 + [across], "en") == "split"  # 1 in 20
+    assert resolve_sentences("auto", [one] * 18 + [across] * 2, "en") == "whole"
+    assert resolve_sentences("whole", [one], "en") == "whole"

@@ -122,7 +122,7 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
     with a progress bar; returns how many lines were written."""
     from tqdm.auto import tqdm
 
-    written, bad, cut = 0, 0, 0
+    written, bad, windowed = 0, 0, 0
     # The bar counts what is written, so under torchrun it covers every rank's rows.
     with output_stream(o.output) as out, tqdm(desc="predict", unit="row", dynamic_ncols=True,
                                               disable=not progress_enabled(o.progress, True)) as bar, \
@@ -133,14 +133,15 @@ def _write(chunks: Iterator[Lines], o: PredictOptions, stop: StopRequest) -> int
             out.flush()
             written += len(chunk.lines)
             bad += chunk.bad
-            cut += chunk.cut
+            windowed += chunk.windowed
             bar.update(len(chunk.lines))
     if bad:
         log.warning("%d bad row(s) in %s: each has a {\"line\": N, \"error\": ...} line in "
                     "its place", bad, o.data)
-    if cut:
-        log.warning("%d text(s) are longer than this model reads (its data.max_len units): only "
-                    "their beginning was searched for entities; split them into sentences", cut)
+    if windowed:
+        log.info("%d text(s) hold a sentence longer than this model reads at once (its "
+                 "data.max_len units): it was read in overlapping windows, and a relation between "
+                 "entities farther apart than a window is not found", windowed)
     return written
 
 
@@ -150,7 +151,7 @@ class Lines:
 
     lines: list[str]
     bad: int = 0
-    cut: int = 0  # an extraction model's texts longer than it reads (data.max_len units)
+    windowed: int = 0  # extraction: texts with a sentence longer than data.max_len units
 
 
 def _gathered_in_order(mine: Iterator[Lines], ctx: D.DistContext) -> Iterator[Lines]:
@@ -299,13 +300,14 @@ def _extracted(extractor, parsed: list) -> Lines:
     row's sentences answered in order (a PURE document holds several), a bad row's error in its
     place."""
     answers = extractor.extract_rows([s for item in _good(parsed) for s in item.sentences])
-    lines, cut = [], extractor.cut
+    lines, windowed = [], extractor.windowed
     for line, item in parsed:
         if isinstance(item, DataError):
             lines.append(_JSON.encode({"line": line, "error": str(item)}))
         else:
             lines.extend(_JSON.encode(next(answers)) for _ in item.sentences)
-    return Lines(lines, sum(isinstance(item, DataError) for _, item in parsed), extractor.cut - cut)
+    return Lines(lines, sum(isinstance(item, DataError) for _, item in parsed),
+                 extractor.windowed - windowed)
 
 
 # json.dumps(..., ensure_ascii=False) itself, without making an encoder for every line

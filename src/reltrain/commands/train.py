@@ -108,7 +108,8 @@ def _train(cfg: Config, ctx: D.DistContext, run_dir: Path, stop: StopRequest) ->
                                      global_batch_size=plan.global_batch))
     if extracting:  # and how it decodes, which the model folder keeps for prediction
         cfg = replace(cfg, extract=replace(cfg.extract, overlap=prepared.meta["overlap"],
-                                           symmetric=",".join(prepared.meta["symmetric"])))
+                                           symmetric=",".join(prepared.meta["symmetric"]),
+                                           sentences=prepared.meta["sentences"]))
     if ctx.is_main:
         start_run_dir(run_dir, cfg, resumed.training.train_state().epoch if resumed else 1)
         _describe(cfg, ctx, prepared, plan)

@@ -258,6 +258,11 @@ class ExtractConfig:
     shapes: bool = _opt(False, "task=extract: each unit's shape (lower case, capitalised, "
                                "capitals, digits, mixed, other) is added to its state: the "
                                "capitals a lowercasing encoder (MiniLM's) never sees")
+    sentences: str = _opt("auto", "task=extract, prediction: split (each sentence of a text is "
+                                  "answered alone, by sentencex's cuts) or whole (a text is read "
+                                  "whole); auto: split unless over 1 in 20 training relations "
+                                  "hold between two sentences; the model folder keeps the choice "
+                                  "(one of before: whole)", ("auto", "split", "whole"))
     context_layers: int = _opt(0, "task=extract: layers of a BiLSTM over the encoder's units "
                                   "whose output is added to each unit's state (CoNLL04 with "
                                   "MiniLM: entities F1 +0.6 to +1, docs/extraction.md); 0: none",

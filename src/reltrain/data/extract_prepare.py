@@ -13,6 +13,7 @@ from pathlib import Path
 
 from reltrain.data.extraction import read_annotated
 from reltrain.data.schema import Annotated
+from reltrain.data.sentences import resolve_sentences
 from reltrain.data.spans import SpanDataset, SpanEncoder, lowercase_ids
 from reltrain.data.tokenize import Tokenizer
 from reltrain.data.vocab import Vocab
@@ -99,6 +100,7 @@ def prepare_spans(cfg) -> PreparedSpans:
     meta = {"rows": {k: len(v) for k, v in sentences.items()}, "skipped": skipped,
             "lost_entities": lost, "entity_types": types, "strings": any(s.strings for s in train),
             "overlap": overlap, "tags": cfg.extract.mentions == "tags",
+            "sentences": resolve_sentences(cfg.extract.sentences, train, cfg.data.language),
             "symmetric": sorted(symmetric)}
     return PreparedSpans(relations, types, sets, vocab, lm, _key(files, cfg), meta)
 

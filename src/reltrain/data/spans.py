@@ -49,14 +49,18 @@ class SpanEncoder:
         self._none = (np.zeros((0, 2), np.int64), np.zeros(0, np.int64),
                       np.zeros((0, 2), np.int64), np.zeros((0, len(relations)), np.float32))
 
-    def units(self, sentence: Annotated, cuts: set[int]) -> list[tuple[str, int, int]]:
+    def units(self, sentence: Annotated, cuts: set[int],
+              every: bool = False) -> list[tuple[str, int, int]]:
+        """(text, start, end) of each unit the model reads, or with ``every`` of the whole
+        text (prediction's windows, inference/windows.py)."""
+        limit = None if every else self.max_units
         if sentence.tokens is not None:
             out, at = [], 0
-            for token in sentence.tokens:
+            for token in sentence.tokens[:limit]:
                 out.append((token, at, at + len(token)))
                 at += len(token) + 1
-            return out[:self.max_units]
-        return self.tokenizer.pieces(sentence.text, cuts)[:self.max_units]
+            return out
+        return self.tokenizer.pieces(sentence.text, cuts)[:limit]
 
     def __call__(self, sentence: Annotated, labelled: bool = True) -> SpanExample:
         cuts = {x for e in sentence.entities for x in (e.start, e.end)} if labelled else set()

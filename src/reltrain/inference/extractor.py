@@ -20,6 +20,7 @@ from reltrain.data.spans import SpanDataset
 from reltrain.data.vocab import UNK, Vocab
 from reltrain.evaluation.span_decode import Answer, gathered_answers
 from reltrain.inference.fit import misfit
+from reltrain.inference.windows import merged, windows
 from reltrain.runtime.errors import UserError
 from reltrain.runtime.precision import resolve as resolve_precision
 from reltrain.data.lm import LMTokenizer
@@ -45,7 +46,7 @@ class Extractor:
         self.pad_id = lm.pad_id if lm is not None else 0
         self.unk_id = lm.hf.unk_token_id if lm is not None else vocab.encode([UNK])[0]
         self.card = {"test": artifact.test, "best": artifact.best}
-        self.cut = 0  # texts read only in part (longer than data.max_len units), so far
+        self.windowed = 0  # texts with a sentence longer than data.max_len units (read in windows)
 
     @classmethod
     def from_artifact(cls, artifact: Artifact, where: str, device: torch.device,
@@ -61,11 +62,10 @@ class Extractor:
         precision = resolve_precision(amp, device, cfg.model.pretrained_encoder)
         return cls(model.to(device).eval(), artifact, device, precision, lm)
 
-    def dataset(self, sentences: list[Annotated]) -> SpanDataset:
-        examples = [self.encoder(s, labelled=False) for s in sentences]
-        # texts past data.max_len units: only their first units are read (predict counts them)
-        self.cut += sum(bool(s.text[ex.units[-1, 1] if len(ex.units) else 0:].strip())
-                        for s, ex in zip(sentences, examples))
+    def dataset(self, sentences: list[Annotated], examples=None) -> SpanDataset:
+        """``sentences`` as the model reads them (a gold file's, as validation does: a text
+        longer than data.max_len units only in its beginning)."""
+        examples = examples or [self.encoder(s, labelled=False) for s in sentences]
         return SpanDataset(examples, sentences, self.pad_id, self.entity_types, self.labels,
                            flat=self.config.extract.overlap == "flat", symmetric=self.symmetric)
 
@@ -77,14 +77,25 @@ class Extractor:
         return frozenset(n for n in names if n in self.labels)
 
     def answers(self, sentences: list[Annotated], batch_size: int = BATCH, ctx=None) -> list[Answer]:
-        """Each sentence's answer, in order (``ctx``: score across the ranks of a DDP job)."""
+        """Each text's answer, in order: sentence by sentence where the model was trained so, a
+        long one in windows (inference/windows.py); ``ctx``: score across the ranks of a DDP
+        job."""
         ctx = ctx or DistContext(device=self.device)
         for s in sentences:  # --text, BatchModel and the API come here unread by a file reader
             if not isinstance(s.text, str) or not s.text.strip() or len(s.text) > MAX_CHARS:
                 raise UserError(f"text: expected a non-empty string of at most {MAX_CHARS} "
                                 f"characters")
-        return gathered_answers(self.model, self.dataset(sentences), batch_size, ctx,
-                                self.precision) if sentences else []
+        # folders of before the choice was kept read a text whole, as they were trained
+        language = self.config.data.language if self.config.extract.sentences == "split" else None
+        parts, long = (zip(*(windows(self.encoder, s, language) for s in sentences))
+                       if sentences else ((), ()))
+        self.windowed += sum(long)
+        every = [w for each in parts for w in each]
+        answers = iter(gathered_answers(self.model, self.dataset([w.sentence for w in every],
+                                                                 [w.example for w in every]),
+                                        batch_size, ctx, self.precision) if every else [])
+        return [merged(s, each, [next(answers) for _ in each], self.symmetric)
+                for s, each in zip(sentences, parts)]
 
     def fit_warning(self, sentences: list[Annotated]) -> str | None:
         """Why the model may not read these sentences (``predictor.misfit``), from the first."""

@@ -52,8 +52,10 @@ def describe(prepared: PreparedSpans) -> None:
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d; mentions "
-             "decoded %s%s", rows, len(prepared.entity_types), len(prepared.labels),
-             prepared.vocab_size, meta["overlap"], " (tagged)" if meta["tags"] else "")
+             "decoded %s%s; a text's sentences answered %s", rows, len(prepared.entity_types),
+             len(prepared.labels), prepared.vocab_size, meta["overlap"],
+             " (tagged)" if meta["tags"] else "",
+             "alone" if meta["sentences"] == "split" else "together (extract.sentences=whole)")
     for split, reasons in meta["skipped"].items():
         if reasons:
             log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
