@@ -2,7 +2,7 @@
 are; ``extract.sentences``) reads a text sentence by sentence: the text is cut where
 data/sentences.py says a sentence begins, each sentence is answered alone, and the answers are
 put together with offsets into the whole text, so no relation is answered between two
-sentences (CoNLL04's validation sentences joined ten to a text and read whole lost a quarter of
+sentences (CoNLL04's validation sentences joined ten to a text and read whole lost a third of
 their strict relations F1: docs/extraction.md). A sentence (or a text read whole) longer than
 the model reads at once (``data.max_len`` units, or subwords for a pretrained encoder) is read
 in overlapping windows: each answers for the entities that begin in its own part (up to the
