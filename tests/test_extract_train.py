@@ -353,6 +353,8 @@ def test_a_folder_whose_thresholds_were_tampered_with_is_one_line(one, tmp_path)
     ("mentions", "crf", "mentions"),  # not a choice of the option
     ("shapes", True, "(shape.weight: missing where"),  # none saved
     ("shapes", "maybe", "shapes"),
+    ("sentences", "paragraphs", "sentences"),  # not a choice
+    ("sentences", ["split"], "sentences"),
 ])
 def test_a_folder_whose_design_was_tampered_with_is_one_line(one, tmp_path, key, value, expected):
     import shutil
