@@ -52,8 +52,8 @@ def describe(prepared: PreparedSpans) -> None:
     meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     log.info("data: %s sentences; %d entity types, %d relations; vocabulary %d; mentions "
-             "decoded %s%s; a text's sentences answered %s", rows, len(prepared.entity_types),
-             len(prepared.labels), prepared.vocab_size, meta["overlap"],
+             "decoded %s%s; prediction answers a text's sentences %s", rows,
+             len(prepared.entity_types), len(prepared.labels), prepared.vocab_size, meta["overlap"],
              " (tagged)" if meta["tags"] else "",
              "alone" if meta["sentences"] == "split" else "together (extract.sentences=whole)")
     for split, reasons in meta["skipped"].items():
