@@ -34,11 +34,12 @@ def windows(encoder: SpanEncoder, sentence: Annotated,
     """The windows of ``sentence`` (itself alone where the model reads it all and it is one
     sentence, or ``language`` None: read whole), and whether a part of it is longer than the
     model reads at once."""
-    example = encoder(sentence, labelled=False)
     text = sentence.text
     starts = sentence_starts(text, language) if language else []
-    if not _unread(text, example) and not starts:
-        return [Window(0, (0, len(text)), sentence, example)], False
+    if not starts:  # a text of several sentences is encoded sentence by sentence only
+        example = encoder(sentence, labelled=False)
+        if not _unread(text, example):
+            return [Window(0, (0, len(text)), sentence, example)], False
     units = encoder.units(sentence, set(), every=True)
     out, lo, long = [], 0, False
     for hi in _unit_ends(units, starts):
