@@ -23,11 +23,11 @@ def sentence_starts(text: str, language: str) -> list[int]:
         return []
     import sentencex
 
-    starts, at = [], 0
+    starts, at, end = [], 0, len(text.rstrip())
     for part in sentencex.segment(language, text):
         at += len(part)
         starts.append(at)
-    return [s for s in starts[:-1] if text[s:].strip()]
+    return [s for s in starts[:-1] if s < end]  # not the white space after the last
 
 
 def resolve_sentences(setting: str, train: list[Annotated], language: str) -> str:
