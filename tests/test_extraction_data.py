@@ -244,6 +244,10 @@ def test_sentences_begin_where_sentencex_says_and_not_after_an_abbreviation():
     assert sentence_starts("One sentence, no mark", "en") == []
     zh = "《你好》是张三导演的电影。该片由李四主演！"
     assert sentence_starts(zh, "zh") == [zh.index("该")]
+    # the longest text a row may hold, all sentence marks (sentencex: about 0.2 s here)
+    hostile = "好。" * 10_000
+    assert sentence_starts(hostile, "zh") == list(range(2, 20_000, 2))
+    assert sentence_starts("." * 20_000 + " a", "en") == []
 
 
 def test_auto_answers_sentence_by_sentence_unless_training_relations_cross_sentences():
