@@ -176,7 +176,8 @@ def test_a_list_of_relations_is_read_checked_and_deduplicated(tmp_path):
     records = read_records(path).records
     assert [r.relation for r in records] == [("knows", "met"), ()]
     for bad, why in ((["knows", 3], "a string or a list of strings"),
-                     (["x"] * 300, "at most 256"), (["knows\nmet"], "")):
+                     (["x"] * 300, "at most 256"), (["knows\nmet"], ""),
+                     (["knows", " "], "expected a non-empty string")):  # once a relation ''
         path.write_text(json.dumps({**row, "relation": bad}) + "\n")
         with pytest.raises(DataError) as err:
             read_records(path)

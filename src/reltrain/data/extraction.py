@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from functools import partial
-from itertools import chain
 from typing import NamedTuple
 
 from reltrain.data import formats
-from reltrain.data.readers import read_lines
-from reltrain.data.rows import parse_json, row_id
-from reltrain.data.schema import Annotated, Link, Span, label_name_problem
+from reltrain.data.readers import peek, read_lines
+from reltrain.data.rows import (index_value, name_value, parse_json, row_id, text_value,
+                                tokens_value)
+from reltrain.data.schema import Annotated, Link, Span
 from reltrain.runtime.errors import DataError, UserError
 
 # A sentence's candidate pairs grow with the square of its mentions: these bound the work one
@@ -72,19 +72,9 @@ def iter_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
     if kind == "spert":
         return formats.tacred_rows(path, lines, partial(_spert_row, labels=labels))
     if kind == "text":  # plain lines unless the first is a JSON object: a sentence may begin "{"
-        lines, first = _peek(lines)
+        lines, first = peek(lines)
         kind = "text" if first.lstrip("\ufeff").lstrip().startswith("{") else "lines"
     return _line_rows(path, lines, kind, labels)
-
-
-def _peek(lines: Iterator[str]) -> tuple[Iterator[str], str]:
-    """The lines, whole, and the first that is not blank ("" if none)."""
-    head = []
-    for line in lines:
-        head.append(line)
-        if line.strip():
-            return chain(head, lines), line
-    return iter(head), ""
 
 
 def _line_rows(path, lines, kind, labels) -> Iterator[tuple[int, Callable[[], Parsed]]]:
@@ -95,7 +85,7 @@ def _line_rows(path, lines, kind, labels) -> Iterator[tuple[int, Callable[[], Pa
 
 def _line(raw: str, path: str, line: int, kind: str, labels: bool) -> Parsed:
     if kind == "lines":
-        return Parsed([Annotated(_text(raw.strip(), path, line, None), (), (), path)])
+        return Parsed([Annotated(text_value(raw.strip(), path, line, None, MAX_CHARS), (), (), path)])
     obj = parse_json(raw, path, line)
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
@@ -104,7 +94,7 @@ def _line(raw: str, path: str, line: int, kind: str, labels: bool) -> Parsed:
         return _pure_row(obj, path, line, labels)
     if kind == "duie":
         return _duie_row(obj, path, line, labels, ident)
-    text = _text(obj.get("text"), path, line, "text")
+    text = text_value(obj.get("text"), path, line, "text", MAX_CHARS)
     if kind == "text" or not labels:
         return Parsed([Annotated(text, (), (), path, id=ident)])
     spans = []
@@ -112,10 +102,10 @@ def _line(raw: str, path: str, line: int, kind: str, labels: bool) -> Parsed:
         where = f"entities[{i}]"
         if not isinstance(ent, dict):
             raise DataError(path, line, where, "expected an object with start, end and type")
-        start, end = _index(ent.get("start"), path, line, f"{where}.start"), \
-            _index(ent.get("end"), path, line, f"{where}.end")
+        start, end = index_value(ent.get("start"), path, line, f"{where}.start"), \
+            index_value(ent.get("end"), path, line, f"{where}.end")
         _check_span(start, end, len(text), path, line, where, "characters")
-        spans.append(Span(start, end, _name(ent.get("type"), path, line, f"{where}.type")))
+        spans.append(Span(start, end, name_value(ent.get("type"), path, line, f"{where}.type")))
     links = _links(obj, path, line, len(spans))
     return Parsed([_sentence(text, spans, links, path, line, None, ident)])
 
@@ -123,7 +113,7 @@ def _line(raw: str, path: str, line: int, kind: str, labels: bool) -> Parsed:
 def _spert_row(obj: object, path: str, line: int, labels: bool) -> Parsed:
     if not isinstance(obj, dict):
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
-    tokens = _tokens(obj.get("tokens"), path, line, "tokens")
+    tokens = tokens_value(obj.get("tokens"), path, line, "tokens", MAX_CHARS)
     ident = row_id(path, line, obj.get("orig_id", obj.get("id")))
     starts = _starts(tokens)
     text = " ".join(tokens)
@@ -134,11 +124,11 @@ def _spert_row(obj: object, path: str, line: int, labels: bool) -> Parsed:
         where = f"entities[{i}]"
         if not isinstance(ent, dict):
             raise DataError(path, line, where, "expected an object with type, start and end")
-        start, end = _index(ent.get("start"), path, line, f"{where}.start"), \
-            _index(ent.get("end"), path, line, f"{where}.end")
+        start, end = index_value(ent.get("start"), path, line, f"{where}.start"), \
+            index_value(ent.get("end"), path, line, f"{where}.end")
         _check_span(start, end, len(tokens), path, line, where, "tokens")
         spans.append(Span(starts[start], starts[end - 1] + len(tokens[end - 1]),
-                          _name(ent.get("type"), path, line, f"{where}.type")))
+                          name_value(ent.get("type"), path, line, f"{where}.type")))
     links = _links(obj, path, line, len(spans))
     return Parsed([_sentence(text, spans, links, path, line, tokens, ident)])
 
@@ -157,7 +147,7 @@ def _pure_row(obj: dict, path: str, line: int, labels: bool) -> Parsed:
             raise DataError(path, line, key, f"expected one list per sentence ({len(sentences)})")
     out, offset = [], 0
     for k, raw_tokens in enumerate(sentences):
-        tokens = _tokens(raw_tokens, path, line, f"sentences[{k}]")
+        tokens = tokens_value(raw_tokens, path, line, f"sentences[{k}]", MAX_CHARS)
         starts, spans, at = _starts(tokens), [], {}
         if not isinstance(ner[k], list) or len(ner[k]) > MAX_ENTITIES:
             raise DataError(path, line, f"ner[{k}]", f"expected a list of at most {MAX_ENTITIES} "
@@ -169,7 +159,7 @@ def _pure_row(obj: dict, path: str, line: int, labels: bool) -> Parsed:
             _check_span(s, e, len(tokens), path, line, where, "tokens of its sentence")
             at.setdefault((s, e), len(spans))
             spans.append(Span(starts[s], starts[e - 1] + len(tokens[e - 1]),
-                              _name(kind, path, line, where)))
+                              name_value(kind, path, line, where)))
         if not isinstance(rels[k], list) or len(rels[k]) > MAX_RELATIONS:
             raise DataError(path, line, f"relations[{k}]", f"expected a list of at most "
                                                            f"{MAX_RELATIONS} relations")
@@ -182,7 +172,7 @@ def _pure_row(obj: dict, path: str, line: int, labels: bool) -> Parsed:
             if missing:
                 raise DataError(path, line, where, f"[{missing[0][0] + offset}, "
                                 f"{missing[0][1] + offset - 1}] is not a span of ner[{k}]")
-            links.append(Link(at[ends[0]], at[ends[1]], _name(label, path, line, where)))
+            links.append(Link(at[ends[0]], at[ends[1]], name_value(label, path, line, where)))
         ident = f"{doc}/{k}" if isinstance(doc, (str, int)) and not isinstance(doc, bool) else None
         out.append(_sentence(" ".join(tokens), spans, links, path, line, tokens, ident))
         offset += len(tokens)
@@ -192,7 +182,7 @@ def _pure_row(obj: dict, path: str, line: int, labels: bool) -> Parsed:
 def _duie_row(obj: dict, path: str, line: int, labels: bool, ident) -> Parsed:
     """Entities as strings: every occurrence of a string in the text is a mention of it, and a
     triple links every mention of its subject with every mention of its object."""
-    text = _text(obj.get("text"), path, line, "text")
+    text = text_value(obj.get("text"), path, line, "text", MAX_CHARS)
     if not labels:
         return Parsed([Annotated(text, (), (), path, id=ident, strings=True)])
     spans: dict[tuple, int] = {}
@@ -207,12 +197,12 @@ def _duie_row(obj: dict, path: str, line: int, labels: bool, ident) -> Parsed:
             obj_value = obj_value.get("@value")
         if isinstance(obj_type, dict):
             obj_type = obj_type.get("@value")
-        predicate = _name(spo.get("predicate"), path, line, f"{where}.predicate")
+        predicate = name_value(spo.get("predicate"), path, line, f"{where}.predicate")
         ends = []
         for role, value, kind in (("subject", spo.get("subject"), spo.get("subject_type")),
                                   ("object", obj_value, obj_type)):
-            value = _name(value, path, line, f"{where}.{role}", strip=False)
-            kind = _name(kind, path, line, f"{where}.{role}_type")
+            value = name_value(value, path, line, f"{where}.{role}", strip=False)
+            kind = name_value(kind, path, line, f"{where}.{role}_type")
             found = _occurrences(text, value, path, line, f"{where}.{role}")
             ends.append([spans.setdefault((s, s + len(value), kind), len(spans)) for s in found])
         if not ends[0] or not ends[1]:
@@ -262,12 +252,12 @@ def _links(obj: dict, path, line, n: int) -> list[Link]:
         where = f"relations[{i}]"
         if not isinstance(rel, dict):
             raise DataError(path, line, where, "expected an object with head, tail and type")
-        ends = [_index(rel.get(k), path, line, f"{where}.{k}") for k in ("head", "tail")]
+        ends = [index_value(rel.get(k), path, line, f"{where}.{k}") for k in ("head", "tail")]
         for key, value in zip(("head", "tail"), ends):
             if value >= n:
                 raise DataError(path, line, f"{where}.{key}", f"{value} is not an index of "
                                                               f"entities ({n} of them)")
-        links.append(Link(*ends, _name(rel.get("type"), path, line, f"{where}.type")))
+        links.append(Link(*ends, name_value(rel.get("type"), path, line, f"{where}.type")))
     return links
 
 
@@ -281,24 +271,6 @@ def _list(obj: dict, key: str, path, line, limit: int) -> list:
     return value
 
 
-def _text(value, path, line, field) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(path, line, field, "expected a non-empty string")
-    if len(value) > MAX_CHARS:
-        raise DataError(path, line, field, f"{len(value)} characters, more than the "
-                                           f"{MAX_CHARS} a sentence may have")
-    return value
-
-
-def _tokens(value, path, line, field) -> tuple[str, ...]:
-    if (not isinstance(value, list) or not value
-            or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in value)):
-        raise DataError(path, line, field, "expected a non-empty list of tokens without spaces")
-    if sum(len(t) + 1 for t in value) > MAX_CHARS:
-        raise DataError(path, line, field, f"more than {MAX_CHARS} characters")
-    return tuple(value)
-
-
 def _starts(tokens: tuple[str, ...]) -> list[int]:
     """Each token's first character in ``" ".join(tokens)``."""
     starts, at = [], 0
@@ -306,12 +278,6 @@ def _starts(tokens: tuple[str, ...]) -> list[int]:
         starts.append(at)
         at += len(token) + 1
     return starts
-
-
-def _index(value, path, line, field) -> int:
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise DataError(path, line, field, f"expected a non-negative integer, got {value!r:.40}")
-    return value
 
 
 def _check_span(start: int, end: int, size: int, path, line, where, unit: str) -> None:
@@ -329,17 +295,6 @@ def _triple(item, path, line, where, n: int) -> list:
         if not isinstance(value, int) or isinstance(value, bool) or value < 0:
             raise DataError(path, line, f"{where}[{i}]", "expected a non-negative token position")
     return item
-
-
-def _name(value, path, line, field, strip: bool = True) -> str:
-    """A type's or a relation's name (stripped), or with ``strip`` False an entity string
-    (DuIE's, found in its text as it is)."""
-    if not isinstance(value, str) or not value.strip():
-        raise DataError(path, line, field, "expected a non-empty string")
-    problem = label_name_problem(value)
-    if problem:
-        raise DataError(path, line, field, problem)
-    return value.strip() if strip else value
 
 
 def read_annotated(path: str, encoding: str = "utf-8", labels: bool = True,

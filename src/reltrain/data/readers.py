@@ -163,13 +163,8 @@ def iter_rows(path: str | Path, *, require_relation: bool = True, entity_lists: 
     path = str(path)
     lines = read_lines(path, encoding)
     if path == STDIN:  # no name to go by: JSON lines if the first row is an object, else CSV
-        head = []
-        for line in lines:
-            head.append(line)
-            if line.strip():
-                break
-        lines = chain(head, lines)
-        if head and head[-1].lstrip().startswith("{"):
+        lines, first = peek(lines)
+        if first.lstrip().startswith("{"):
             return _jsonl_rows(path, require_relation, entity_lists, lines)
         return _csv_rows(path, require_relation, lines)
     kind = _detect(path, read_lines(path, encoding))
@@ -182,6 +177,16 @@ def iter_rows(path: str | Path, *, require_relation: bool = True, entity_lists: 
     if kind == "csv":
         return _csv_rows(path, require_relation, lines)
     return _jsonl_rows(path, require_relation, entity_lists, lines)
+
+
+def peek(lines: Iterator[str]) -> tuple[Iterator[str], str]:
+    """The lines, whole, and the first that is not blank ("" if none)."""
+    head = []
+    for line in lines:
+        head.append(line)
+        if line.strip():
+            return chain(head, lines), line
+    return iter(head), ""
 
 
 FORMATS = ("CSV with a header (sentence,relation,head,head_offset,tail,tail_offset, or "

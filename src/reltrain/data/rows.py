@@ -66,10 +66,46 @@ def _one_relation(path, line, value) -> str:
     if not isinstance(value, str):
         raise DataError(path, line, "relation", f"expected a string or a list of strings, got "
                                                 f"{type(value).__name__}")
-    problem = label_name_problem(value.strip())
+    return name_value(value, path, line, "relation")
+
+
+def name_value(value, path, line, field, strip: bool = True) -> str:
+    """A type's or a relation's name (stripped), or with ``strip`` False an entity string
+    (DuIE's, found in its text as it is)."""
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(path, line, field, "expected a non-empty string")
+    problem = label_name_problem(value)
     if problem:
-        raise DataError(path, line, "relation", problem)
-    return value.strip()
+        raise DataError(path, line, field, problem)
+    return value.strip() if strip else value
+
+
+def text_value(value, path, line, field, limit: int | None = None) -> str:
+    """A sentence: a string with more than white space, of at most ``limit`` characters."""
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(path, line, field, "expected a non-empty string")
+    if limit is not None and len(value) > limit:
+        raise DataError(path, line, field, f"{len(value)} characters, more than the "
+                                           f"{limit} a sentence may have")
+    return value
+
+
+def tokens_value(value, path, line, field, limit: int | None = None) -> tuple[str, ...]:
+    """A sentence's tokens: a non-empty list of strings without white space, at most ``limit``
+    characters joined by spaces."""
+    if (not isinstance(value, list) or not value
+            or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in value)):
+        raise DataError(path, line, field, "expected a non-empty list of tokens without spaces")
+    if limit is not None and sum(len(t) + 1 for t in value) > limit:
+        raise DataError(path, line, field, f"more than {limit} characters")
+    return tuple(value)
+
+
+def index_value(value, path, line, field) -> int:
+    """A JSON integer at least 0 (not a bool, which JSON's true would be)."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise DataError(path, line, field, f"expected a non-negative integer, got {value!r:.40}")
+    return value
 
 
 def record_of(path, line, text, head, tail, relation, tokens=None, id=None) -> Record:
@@ -144,15 +180,9 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
         return formats.tagged_record(obj["text"], relation, path, line, "text",
                                      partial(record_of, id=ident))
     if "text" in obj:
-        text = obj["text"]
-        if not isinstance(text, str) or not text.strip():
-            raise DataError(path, line, "text", "expected a non-empty string")
+        text = text_value(obj["text"], path, line, "text")
     elif "token" in obj:
-        tokens = obj["token"]
-        if (not isinstance(tokens, list) or not tokens
-                or not all(isinstance(t, str) and t and not any(c.isspace() for c in t) for t in tokens)):
-            raise DataError(path, line, "token", "expected a non-empty list of tokens without spaces")
-        tokens = tuple(tokens)
+        tokens = tokens_value(obj["token"], path, line, "token")
         text = " ".join(tokens)
     else:
         raise DataError(path, line, None, "expected a 'text' or a 'token' field")
@@ -174,9 +204,7 @@ def example(obj: object, path: str = "<input>", line: int | None = None) -> Reco
 def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Record:
     """``{"text", "head", "tail"}`` with entity strings and optional ``head_offset`` /
     ``tail_offset`` (default: the first occurrence), as ``reltrain predict --text`` takes them."""
-    text = obj.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise DataError(path, line, "text", "expected a non-empty string")
+    text = text_value(obj.get("text"), path, line, "text")
     ends = []
     for role in ("head", "tail"):
         name, offset = obj.get(role), obj.get(f"{role}_offset")
@@ -199,9 +227,7 @@ def pair_record(obj: dict, path: str = "<input>", line: int | None = None) -> Re
 
 def entity_sentence(obj: dict, path: str = "<input>", line: int | None = None) -> EntitySentence:
     """``{"text": ..., "entities": [{"name", "pos"}, ...]}`` (character offsets), validated."""
-    text = obj.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise DataError(path, line, "text", "expected a non-empty string")
+    text = text_value(obj.get("text"), path, line, "text")
     items = obj["entities"]
     if not isinstance(items, list) or len(items) < 2:
         raise DataError(path, line, "entities", "expected a list of at least two entities")
