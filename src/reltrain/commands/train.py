@@ -138,18 +138,18 @@ def _describe(cfg: Config, ctx: D.DistContext, prepared: Prepared, plan: BatchPl
     log.info("device %s (CUDA available: %s), strategy %s, world size %d, %d CPU thread(s) per process",
              ctx.device, cuda, ctx.strategy, ctx.world_size, torch.get_num_threads())
     log.info(plan.describe())
+    meta = prepared.meta
+    for split, reasons in meta["skipped"].items():
+        if reasons:
+            log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
+                        "\n  ".join(reasons[:5]))
     if cfg.task == "extract":
         return extract.describe(prepared)
-    meta = prepared.meta
     rows = ", ".join(f"{k} {v}" for k, v in meta["rows"].items())
     cache = (f"{prepared.cache_path}{' (reused)' if prepared.reused else ''}"
              if prepared.cache_path else "off (the cache location is not writable)")
     log.info("data: %s rows; %d relations; vocabulary %d; tokenizer %s; cache %s", rows,
              len(prepared.labels), prepared.vocab_size, meta["tokenizer"], cache)
-    for split, reasons in meta["skipped"].items():
-        if reasons:
-            log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
-                        "\n  ".join(reasons[:5]))
     for line in report_lines(meta.get("report") or {"splits": {}}):
         log.info("data check: %s", line)
     cut = ", ".join(f"{n} in {split}" for split, n in meta["truncated"].items() if n)

@@ -56,10 +56,6 @@ def describe(prepared: PreparedSpans) -> None:
              len(prepared.entity_types), len(prepared.labels), prepared.vocab_size, meta["overlap"],
              " (tagged)" if meta["tags"] else "",
              "alone" if meta["sentences"] == "split" else "together (extract.sentences=whole)")
-    for split, reasons in meta["skipped"].items():
-        if reasons:
-            log.warning("skipped %d bad row(s) in %s, e.g.:\n  %s", len(reasons), split,
-                        "\n  ".join(reasons[:5]))
     lost = ", ".join(f"{n} in {s}" for s, n in meta["lost_entities"].items() if n)
     if lost:
         why = ("inside or across a longer one: a tagger answers one mention a unit" if meta["tags"]
