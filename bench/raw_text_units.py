@@ -3,7 +3,9 @@ gold file's sentences are scored from their own tokens (what training's validati
 then from their text alone (the tokens joined by spaces, as a user's raw text arrives), cut into
 units by each English splitter in turn: ``word`` (at every punctuation mark: "U.S." is four
 units) and ``treebank`` (what task=extract uses for English since 2026-12-07). Also the share of
-sentences whose units are exactly their gold tokens.
+sentences whose units are exactly their gold tokens, and each score again with every entity's
+trailing periods left out on both sides (``periods``): CoNLL04 glues a sentence's final period to
+its last token, so its gold entity is "Boise." where the text's units answer "Boise".
 
     python bench/raw_text_units.py runs/conll04 ../shared/data/conll04/valid.json
 
@@ -19,17 +21,31 @@ import torch
 
 import reltrain
 from reltrain.data.extraction import read_annotated
+from reltrain.data.schema import Span
 from reltrain.data.tokenize import Tokenizer
 from reltrain.evaluation.extraction import extraction_metrics
 
 FIGURES = ("entities_f1", "relations_strict_f1", "relations_boundaries_f1")
 
 
-def scores(model, gold: list, tokens: bool) -> dict:
+def scores(model, gold: list, tokens: bool) -> tuple[dict, dict]:
+    """The answers' figures as they are, and with trailing periods left out."""
     inputs = [replace(s, entities=(), relations=(), tokens=s.tokens if tokens else None)
               for s in gold]
-    return extraction_metrics(gold, [a.sentence for a in model.answers(inputs)],
-                              model.symmetric)
+    answers = [a.sentence for a in model.answers(inputs)]
+    return (extraction_metrics(gold, answers, model.symmetric),
+            extraction_metrics([unperiod(s) for s in gold], [unperiod(s) for s in answers],
+                               model.symmetric))
+
+
+def unperiod(sentence):
+    """The sentence with each entity's trailing periods out of its span."""
+    def cut(e):
+        end = e.end
+        while end - 1 > e.start and sentence.text[end - 1] == ".":
+            end -= 1
+        return Span(e.start, end, e.type)
+    return replace(sentence, entities=tuple(cut(e) for e in sentence.entities))
 
 
 def main() -> None:
@@ -51,8 +67,9 @@ def main() -> None:
                      f"{same}/{len(gold)}"))
     print(f"{len(gold)} sentences of {args.gold}, model {args.model}")
     print(f"{'input':<24}" + "".join(f"{f:>26}" for f in FIGURES) + f"{'units = tokens':>16}")
-    for name, metrics, same in rows:
+    for name, (metrics, periods), same in rows:
         print(f"{name:<24}" + "".join(f"{metrics[f]:>26.4f}" for f in FIGURES) + f"{same:>16}")
+        print(f"{'  periods':<24}" + "".join(f"{periods[f]:>26.4f}" for f in FIGURES))
 
 
 if __name__ == "__main__":
