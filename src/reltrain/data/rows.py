@@ -74,10 +74,11 @@ def name_value(value, path, line, field, strip: bool = True) -> str:
     (DuIE's, found in its text as it is)."""
     if not isinstance(value, str) or not value.strip():
         raise DataError(path, line, field, "expected a non-empty string")
+    value = value.strip() if strip else value  # a name's edges are not part of it
     problem = label_name_problem(value)
     if problem:
         raise DataError(path, line, field, problem)
-    return value.strip() if strip else value
+    return value
 
 
 def text_value(value, path, line, field, limit: int | None = None) -> str:
