@@ -178,6 +178,11 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     assert main(["predict", str(one), str(raw), "--output", str(out)]) == 0
     rows = read_jsonl(out)
     assert [r["text"] for r in rows] == ["Ann Lee works for Acme in Paris .", "Bo Park killed Cy Moss ."]
+    # many texts from Python are plain strings, as one is (once they had to be Annotated)
+    assert [rounded(a) for a in model.extract_rows(r["text"] for r in rows)] == [
+        rounded(model.extract(r["text"])) for r in rows]
+    with pytest.raises(reltrain.UserError, match="text: expected a non-empty string"):
+        list(model.extract_rows(["Ann Lee works for Acme .", 7]))
     assert rounded(rows[0]) == rounded(answer)  # batched with another sentence: float rounding
     capsys.readouterr()
     test = data[2].split("=", 1)[1]

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 
-from reltrain.data.schema import Annotated
-
 
 class BatchModel:
     def __init__(self, path: str, device: str = "cpu", amp: str = "auto"):
@@ -44,8 +42,7 @@ class BatchModel:
     def answer_rows(self, rows: list[dict]) -> list[str]:
         model = self.model
         if getattr(model, "entity_types", None) is not None:  # an extraction model
-
-            answers = model.extract_rows(Annotated(str(r["text"]), (), (), "<batch>") for r in rows)
+            answers = model.extract_rows(str(r["text"]) for r in rows)
         else:
             answers = model.predict_rows(rows)
         return [json.dumps(a, ensure_ascii=False) for a in answers]

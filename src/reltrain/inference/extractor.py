@@ -110,19 +110,19 @@ class Extractor:
         return list(self.extract_rows(sentences))
 
     def extract(self, text: str) -> dict:
-        """One sentence's entities and relations: ``{"text", "entities", "relations"}``."""
-        answer = self.answers([Annotated(text, (), (), "<text>")])[0]
-        return sentence_json(answer.sentence, answer)
+        """One text's entities and relations: ``{"text", "entities", "relations"}``."""
+        return next(self.extract_rows([text]))
 
     def predict_text(self, *_args, **_kwargs):
         raise UserError("an extraction model (task=extract) finds the entities itself: "
-                        "extract(text), or extract_rows(sentences) for many")
+                        "extract(text), or extract_rows(texts) for many")
 
     predict_rows = predict_text
 
-    def extract_rows(self, sentences, batch_size: int = BATCH):
-        """Answers (as JSON objects) of any number of sentences, a chunk at a time, in order."""
-        it = iter(sentences)
+    def extract_rows(self, texts, batch_size: int = BATCH):
+        """Answers (as JSON objects) of any number of texts, a chunk at a time, in order: each a
+        string (or a reader's ``Annotated`` sentence, its labels ignored)."""
+        it = (t if isinstance(t, Annotated) else Annotated(t, (), (), "<text>") for t in texts)
         while chunk := list(islice(it, CHUNK)):
             for answer in self.answers(chunk, batch_size):
                 yield sentence_json(answer.sentence, answer)
