@@ -22,11 +22,12 @@ def sentence_starts(text: str, language: str) -> list[int]:
     characters: 6 / 26 / 99 ms at 5,000 / 10,000 / 20,000 characters, sentencex 1.0.32,
     bench/sentence_cost.py), bounded by the longest text a row may hold; a 177-character
     English paragraph, 4 us."""
-    if not ENDS.search(text, 0, len(text.rstrip()) - 1):
+    end = len(text.rstrip())
+    if not ENDS.search(text, 0, end - 1):
         return []
     import sentencex
 
-    starts, at, end = [], 0, len(text.rstrip())
+    starts, at = [], 0
     for part in sentencex.segment(language, text):
         at += len(part)
         starts.append(at)
