@@ -175,6 +175,10 @@ def test_a_list_of_relations_is_read_checked_and_deduplicated(tmp_path):
                     + json.dumps({**row, "relation": []}) + "\n")
     records = read_records(path).records
     assert [r.relation for r in records] == [("knows", "met"), ()]
+    # a name's edges are not part of it, in a list or alone
+    path.write_text(json.dumps({**row, "relation": ["knows\n", " met"]}) + "\n"
+                    + json.dumps({**row, "relation": "knows\t"}) + "\n")
+    assert [r.relation for r in read_records(path).records] == [("knows", "met"), "knows"]
     for bad, why in ((["knows", 3], "a string or a list of strings"),
                      (["x"] * 300, "at most 256"), (["knows\nmet"], ""),
                      (["knows", " "], "expected a non-empty string")):  # once a relation ''
