@@ -42,10 +42,11 @@ def entities(models: list, sentences: list, batch: int = 32) -> list:
         for j, example in enumerate(data.examples):
             found = torch.nonzero((b.span_batch == j) & (kind > 0)).flatten()
             found = found[torch.argsort(score[found], descending=True, stable=True)]
-            spans = [Span(int(example.units[s, 0]), int(example.units[e - 1, 1]),
-                          models[0].entity_types[int(kind[k]) - 1])
-                     for k in _without_overlaps(found, b.spans, MAX_MENTIONS).tolist()
-                     for s, e in [b.spans[k].tolist()]]
+            spans = []
+            for k in _without_overlaps(found, b.spans, MAX_MENTIONS).tolist():
+                start, end = b.spans[k].tolist()
+                spans.append(Span(int(example.units[start, 0]), int(example.units[end - 1, 1]),
+                                  models[0].entity_types[int(kind[k]) - 1]))
             out.append(replace(chunk[j], entities=tuple(sorted(spans, key=lambda x: (x.start, x.end)))))
     return out
 
