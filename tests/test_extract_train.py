@@ -403,6 +403,9 @@ def test_evaluate_skips_bad_gold_rows_when_asked(one, data, tmp_path, capsys):
         capsys, "evaluate", str(one), str(test), "--negative-label", "none")
     assert "--top-k does not apply to an extraction model" in cli_error(
         capsys, "predict", str(one), "--text", "Ann Lee works for Acme .", "--top-k", "2")
+    assert "--head and --tail-offset: not for an extraction model" in cli_error(
+        capsys, "predict", str(one), "--text", "Ann Lee works for Acme .", "--head", "Ann Lee",
+        "--tail-offset", "18")
     metrics = main_json(capsys, "evaluate", str(one), str(gold), "--skip-bad-rows")
     assert metrics["skipped_rows"] == 1
     assert metrics == {**main_json(capsys, "evaluate", str(one), str(test)), "skipped_rows": 1}

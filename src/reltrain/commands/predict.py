@@ -49,6 +49,11 @@ def run_predict(checkpoint: str | None = None, data: str | None = None, text: st
     extracting = model_task(o.checkpoint) == "extract"
     if not extracting and o.data is None and (o.head is None or o.tail is None):
         raise UserError("this model labels a given pair: --text needs --head and --tail")
+    given = [f"--{k.replace('_', '-')}" for k in ("head", "tail", "head_offset", "tail_offset")
+             if getattr(o, k) is not None]
+    if extracting and given:  # as the server refuses them: silently ignored, they would mislead
+        raise UserError(f"{' and '.join(given)}: not for an extraction model, which finds the "
+                        f"entities itself; give --text alone")
     stop = StopRequest().install()  # to the end: one line, exit 128 + the signal
     try:
         chunks = _row_chunks(o, stop, extracting) if o.data is not None else iter(())
