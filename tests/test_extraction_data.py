@@ -13,7 +13,7 @@ from reltrain.data.extraction import MAX_ENTITIES, MAX_MENTIONS, detect, iter_an
 from reltrain.data.schema import Annotated, Link, Span
 from reltrain.data.sentences import resolve_sentences, sentence_starts
 from reltrain.evaluation.extraction import ExtractionCounts, extraction_metrics
-from reltrain.runtime.errors import DataError
+from reltrain.runtime.errors import DataError, UserError
 
 from conftest import ROOT
 
@@ -87,11 +87,14 @@ def test_raw_text_and_gold_files_read_without_labels(tmp_path):
     # the first line says plain text: a later sentence that begins "{" is a sentence
     text.write_text("First sentence .\n\n{\"brief\":\"a quote cut short\n", encoding="utf-8")
     assert detect(str(text)) == "text"
-    got = read_annotated(str(text))
+    # as gold (evaluate, a run's splits) it would score or train sentences of nothing
+    with pytest.raises(UserError, match="text.txt: read as raw text .* holds no gold entities"):
+        read_annotated(str(text))
+    got = read_annotated(str(text), labels=False)
     assert [(s.text, s.entities, s.id) for s in got] == [("First sentence .", (), None),
                                                          ('{"brief":"a quote cut short', (), None)]
     text.write_text("\n{\"text\": \"Second one\", \"id\": 3}\n", encoding="utf-8")
-    assert [(s.text, s.id) for s in read_annotated(str(text))] == [("Second one", 3)]
+    assert [(s.text, s.id) for s in read_annotated(str(text), labels=False)] == [("Second one", 3)]
     spert = write(tmp_path, "spert.json", [spert_row()])
     [unlabelled] = read_annotated(spert, labels=False)
     assert (unlabelled.text, unlabelled.entities, unlabelled.relations) == (TEXT, (), ())

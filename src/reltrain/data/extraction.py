@@ -301,8 +301,13 @@ def read_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
                    skipped: list[str] | None = None) -> list[Annotated]:
     """Every sentence of a file; the first bad row is the error, or with ``skipped`` (a list)
     each bad row's ``file:line: field: why`` goes there and the row is left out."""
+    kind = detect(path, encoding)
+    if labels and kind == "text":  # scored or trained as gold, it would be a sentence of nothing
+        raise UserError(f"{path}: read as raw text (one sentence a line, or JSON lines with 'text' alone) "
+                        f"holds no gold entities or relations; give a labelled file: "
+                        f"{', '.join(KINDS[k] for k in ('spert', 'pure', 'duie', 'reltrain'))}")
     sentences = []
-    for _, build in iter_annotated(path, encoding, labels):
+    for _, build in iter_annotated(path, encoding, labels, kind):
         try:
             sentences.extend(build().sentences)
         except DataError as exc:
