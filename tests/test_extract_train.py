@@ -181,8 +181,10 @@ def test_the_model_answers_raw_text_and_scores_a_gold_file(one, data, tmp_path, 
     # many texts from Python are plain strings, as one is (once they had to be Annotated)
     assert [rounded(a) for a in model.extract_rows(r["text"] for r in rows)] == [
         rounded(model.extract(r["text"])) for r in rows]
-    with pytest.raises(reltrain.UserError, match="text: expected a non-empty string"):
+    with pytest.raises(reltrain.UserError, match=r"^texts\[1\]: expected a non-empty string"):
         list(model.extract_rows(["Ann Lee works for Acme .", 7]))
+    with pytest.raises(reltrain.UserError, match="extract_rows takes a list"):  # not its letters
+        model.extract_rows("Ann Lee works for Acme .")
     assert rounded(rows[0]) == rounded(answer)  # batched with another sentence: float rounding
     capsys.readouterr()
     test = data[2].split("=", 1)[1]
@@ -485,11 +487,13 @@ def test_what_an_extraction_model_does_not_do_yet_is_one_line(one, tmp_path):
     line = user_error(run_cli("export", str(one), str(tmp_path / "x"), "--format", "onnx"))
     assert "exports as safetensors only" in line
     line = user_error(run_cli("predict", str(one), "--text", "x" * 20_001))
-    assert "text: expected a non-empty string of at most 20000 characters" in line
+    assert "--text: 20001 characters, more than the 20000 a sentence may have" in line
     import reltrain
 
     with pytest.raises(reltrain.UserError, match="non-empty string"):
         reltrain.BatchModel(str(one))({"text": ["fine", " "]})
+    with pytest.raises(reltrain.UserError, match=r"texts\[0\]: expected a non-empty"):
+        reltrain.BatchModel(str(one))({"text": [None]})  # a null cell is no text "None"
     # DataParallel on several GPUs would cut a batch's spans apart from their sentences
     from reltrain.runtime.distributed import DistContext
     from reltrain.training.extract_run import check_strategy

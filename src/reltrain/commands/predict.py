@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from reltrain.runtime import children
 from reltrain.data.readers import STDIN, iter_rows
+from reltrain.data.rows import text_value
 from reltrain.runtime.errors import SharedUserError, UserError, DataError
 from reltrain.inference import pool
 from reltrain.runtime.output import check_output, output_stream
@@ -95,9 +96,10 @@ def _predict(o: PredictOptions, chunks: Iterator[list], helpers: children.Pool,
                                   f"model's relations), not {o.top_k}")
         if o.data is None and extracting:  # --text: a chunk of one sentence
             # the extraction readers: for an extraction model only
-            from reltrain.data.extraction import Parsed
+            from reltrain.data.extraction import MAX_CHARS, Parsed
 
-            chunks = iter([[(0, partial(Parsed, [Annotated(o.text, (), (), "--text")]))]])
+            text = text_value(o.text, "--text", None, None, MAX_CHARS)
+            chunks = iter([[(0, partial(Parsed, [Annotated(text, (), (), "--text")]))]])
         if o.data is None and not extracting:
             record = make_record(o.text, o.head, o.tail, o.head_offset, o.tail_offset, cli=True)
             warn_misfit(predictor, [record])

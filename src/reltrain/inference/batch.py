@@ -42,7 +42,7 @@ class BatchModel:
     def answer_rows(self, rows: list[dict]) -> list[str]:
         model = self.model
         if getattr(model, "entity_types", None) is not None:  # an extraction model
-            answers = model.extract_rows(str(r["text"]) for r in rows)
+            answers = model.extract_rows(r.get("text") for r in rows)  # None is no "None"
         else:
             answers = model.predict_rows(rows)
         return [json.dumps(a, ensure_ascii=False) for a in answers]

@@ -13,6 +13,7 @@ import torch
 
 from reltrain.artifacts.model_folder import Artifact, build_checked_model
 from reltrain.data.answers import sentence_json
+from reltrain.data.rows import text_value
 from reltrain.data.extract_prepare import span_encoder
 from reltrain.data.extraction import MAX_CHARS
 from reltrain.data.schema import Annotated
@@ -81,10 +82,6 @@ class Extractor:
         long one in windows (inference/windows.py); ``ctx``: score across the ranks of a DDP
         job."""
         ctx = ctx or DistContext(device=self.device)
-        for s in sentences:  # --text, BatchModel and the API come here unread by a file reader
-            if not isinstance(s.text, str) or not s.text.strip() or len(s.text) > MAX_CHARS:
-                raise UserError(f"text: expected a non-empty string of at most {MAX_CHARS} "
-                                f"characters")
         # folders of before the choice was kept read a text whole, as they were trained
         language = self.config.data.language if self.config.extract.sentences == "split" else None
         parts, long = (zip(*(windows(self.encoder, s, language) for s in sentences))
@@ -111,7 +108,7 @@ class Extractor:
 
     def extract(self, text: str) -> dict:
         """One text's entities and relations: ``{"text", "entities", "relations"}``."""
-        return next(self.extract_rows([text]))
+        return next(self._rows([text], BATCH, lambda _: "text"))
 
     def predict_text(self, *_args, **_kwargs):
         raise UserError("an extraction model (task=extract) finds the entities itself: "
@@ -122,8 +119,22 @@ class Extractor:
     def extract_rows(self, texts, batch_size: int = BATCH):
         """Answers (as JSON objects) of any number of texts, a chunk at a time, in order: each a
         string (or a reader's ``Annotated`` sentence, its labels ignored)."""
-        it = (t if isinstance(t, Annotated) else Annotated(t, (), (), "<text>") for t in texts)
+        if isinstance(texts, str):  # its characters would be the texts
+            raise UserError("extract_rows takes a list (or any iterable) of texts; extract(text) "
+                            "answers one")
+        return self._rows(texts, batch_size, lambda i: f"texts[{i}]")
+
+    def _rows(self, texts, batch_size: int, name):
+        """``extract_rows``; ``name(i)``: how an error names the i-th text."""
+        it = (_sentence(t, name, i) for i, t in enumerate(texts))
         while chunk := list(islice(it, CHUNK)):
             for answer in self.answers(chunk, batch_size):
                 yield sentence_json(answer.sentence, answer)
 
+
+def _sentence(text, name, i: int) -> Annotated:
+    """A text as a sentence without labels (a reader's ``Annotated``, its labels ignored): the
+    API, the server and BatchModel come here unread by a file reader."""
+    if isinstance(text, Annotated):
+        return text
+    return Annotated(text_value(text, name(i), None, None, MAX_CHARS), (), (), "<text>")
