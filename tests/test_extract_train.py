@@ -576,3 +576,10 @@ def test_a_run_without_a_test_split_shows_its_validation_figures(data, tmp_path)
     assert "Per entity type (<span class=\"split\">validation</span>)" in dom
     assert "bilstm, mentions spans" in dom and "it had no test split" in dom
     assert "0 of 0" not in dom
+
+
+def test_compare_refuses_runs_of_two_tasks(one, model, capsys):
+    """An extraction run's strict F1 per relation beside a classifier's F1 per class: the
+    difference compare printed between them meant nothing."""
+    line = cli_error(capsys, "compare", str(one), str(model.parent / "run"))
+    assert "error: these runs are of different tasks" in line and "run: extract" in line
