@@ -578,8 +578,10 @@ def test_a_run_without_a_test_split_shows_its_validation_figures(data, tmp_path)
     assert "0 of 0" not in dom
 
 
-def test_compare_refuses_runs_of_two_tasks(one, model, capsys):
-    """An extraction run's strict F1 per relation beside a classifier's F1 per class: the
-    difference compare printed between them meant nothing."""
-    line = cli_error(capsys, "compare", str(one), str(model.parent / "run"))
-    assert "error: these runs are of different tasks" in line and "run: extract" in line
+def test_compare_and_report_refuse_runs_of_two_tasks(one, model, tmp_path, capsys):
+    """An extraction run's strict F1 per relation beside a classifier's F1 per class: compare
+    printed a difference of nothing, and the report left the extraction run's sections out."""
+    for command in (["compare"], ["report", "--output", str(tmp_path / "r.html")]):
+        line = cli_error(capsys, *command, str(one), str(model.parent / "run"))
+        assert "error: these runs are of different tasks" in line and "run: extract" in line
+    assert not (tmp_path / "r.html").exists()

@@ -35,11 +35,6 @@ class CompareOptions:
 def compare_runs(runs: list[str]) -> dict:
     """The comparison as plain data (what ``--json`` prints), from the runs' views."""
     view = runs_view(runs, answers=False)
-    tasks = {run["task"] for run in view["runs"]}
-    if len(tasks) > 1:  # a strict relation F1 beside a classifier's: a difference of nothing
-        raise UserError("these runs are of different tasks (" + ", ".join(
-            f"{run['path']}: {run['task']}" for run in view["runs"]) + "); compare runs of one "
-            "task, or show them side by side with 'reltrain report'")
     tests = [run["figures"] for run in view["runs"]]
     # per relation: a classification run's per class, an extraction run's strict per relation
     per_class = [run["per_relation"] if run["task"] == "extract" else run["per_class"]

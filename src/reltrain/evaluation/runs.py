@@ -23,8 +23,16 @@ SHOWN_MISTAKES = 300  # misclassified rows kept per run (the most confident firs
 def runs_view(runs: list[str], answers: bool = True) -> dict:
     """Each run's view (``run_view``) and the options in which the runs differ."""
     configs = [_flat_config(Path(run)) for run in runs]
+    tasks = [_task(c) for c in configs]
+    if len(set(tasks)) > 1:  # their figures, curves and sections have nothing in common
+        raise UserError("these runs are of different tasks (" + ", ".join(
+            f"{run}: {task}" for run, task in zip(runs, tasks)) + "); give runs of one task")
     return {"runs": [run_view(Path(run), config, answers) for run, config in zip(runs, configs)],
             "config_differences": config_differences(configs) if len(runs) > 1 else {}}
+
+
+def _task(config: dict) -> str:
+    return "extract" if config.get("task") == "extract" else "classify"
 
 
 def run_view(path: Path, config: dict, answers: bool = True) -> dict:
@@ -41,7 +49,7 @@ def run_view(path: Path, config: dict, answers: bool = True) -> dict:
         # no test split (the shared data has none): the selected epoch's validation figures,
         # named as such wherever they are shown
         test, split = best["valid"], "validation"
-    task = "extract" if config.get("task") == "extract" else "classify"
+    task = _task(config)
     per_kind = {k: test.get(k) if isinstance(test.get(k), dict) else {}
                 for k in ("per_class", "per_entity_type", "per_relation")}
     return {
