@@ -90,6 +90,11 @@ def test_raw_text_and_gold_files_read_without_labels(tmp_path):
     # as gold (evaluate, a run's splits) it would score or train sentences of nothing
     with pytest.raises(UserError, match="text.txt: read as raw text .* holds no gold entities"):
         read_annotated(str(text))
+    pairs = tmp_path / "pairs.jsonl"  # classification's rows, given to an extraction run
+    pairs.write_text(json.dumps({"text": "Ann met Bob", "h": {"pos": [0, 3]},
+                                 "t": {"pos": [8, 11]}, "relation": "r"}) + "\n")
+    with pytest.raises(UserError, match="its rows give one pair each .* a file of task=classify"):
+        read_annotated(str(pairs))
     got = read_annotated(str(text), labels=False)
     assert [(s.text, s.entities, s.id) for s in got] == [("First sentence .", (), None),
                                                          ('{"brief":"a quote cut short', (), None)]

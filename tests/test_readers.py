@@ -90,6 +90,13 @@ def test_bad_jsonl(tmp_path):
     path.write_text('{"text": "Ann met Bob", "h": {"name": "Bob", "pos": [0, 3]}, "t": {"pos": [8, 11]}, "relation": "r"}\n')
     with pytest.raises(DataError, match=r"field 'h.pos': the text at \[0, 3\] is 'Ann', not 'Bob'"):
         read_records(path)
+    # an extraction file given to a classifier: its task named, not "missing relation"
+    for row in ({"text": "Ann met Bob", "entities": [], "relations": []},
+                {"text": "Ann met Bob", "spo_list": []}):
+        path.write_text(json.dumps(row) + "\n")
+        with pytest.raises(DataError, match=r"bad.jsonl:1: a row of the extraction task .* "
+                                            r"task=extract"):
+            read_records(path)
 
 
 def test_skip_bad_rows_reports_each(tmp_path):

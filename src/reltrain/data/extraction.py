@@ -77,6 +77,16 @@ def iter_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
     return _line_rows(path, lines, kind, labels)
 
 
+def _pairs_file(path: str, encoding: str) -> bool:
+    """Whether the first row is a JSON object of one given pair (classification's shape)."""
+    _, first = peek(read_lines(path, encoding))
+    try:
+        obj = parse_json(first.lstrip("\ufeff"), path, 1)
+    except DataError:
+        return False
+    return isinstance(obj, dict) and ({"h", "t"} <= obj.keys() or {"head", "tail"} <= obj.keys())
+
+
 def _line_rows(path, lines, kind, labels) -> Iterator[tuple[int, Callable[[], Parsed]]]:
     for number, raw in enumerate(lines, start=1):
         if raw.strip():
@@ -303,9 +313,11 @@ def read_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
     each bad row's ``file:line: field: why`` goes there and the row is left out."""
     kind = detect(path, encoding)
     if labels and kind == "text":  # scored or trained as gold, it would be a sentence of nothing
-        raise UserError(f"{path}: read as raw text (one sentence a line, or JSON lines with 'text' alone) "
-                        f"holds no gold entities or relations; give a labelled file: "
-                        f"{', '.join(KINDS[k] for k in ('spert', 'pure', 'duie', 'reltrain'))}")
+        hint = ("its rows give one pair each (h and t, or head and tail): a file of task=classify"
+                if _pairs_file(path, encoding) else "give a labelled file: " + ", ".join(
+                    KINDS[k] for k in ("spert", "pure", "duie", "reltrain")))
+        raise UserError(f"{path}: read as raw text (one sentence a line, or JSON lines with "
+                        f"'text' alone), it holds no gold entities or relations; {hint}")
     sentences = []
     for _, build in iter_annotated(path, encoding, labels, kind):
         try:

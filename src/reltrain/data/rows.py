@@ -167,6 +167,10 @@ def _bounded_int(text: str) -> int:
     return int(text)
 
 
+# The keys of the extraction task's rows (reltrain's, DuIE's, PURE's) that no row of a pair has
+EXTRACTION_KEYS = frozenset({"entities", "relations", "spo_list", "sentences", "ner"})
+
+
 def json_record(obj, path: str = "<input>", line: int | None = None, require_relation: bool = False,
                 entity_lists: bool = False) -> Record | EntitySentence:
     """One example from a parsed JSON object: the JSONL shape (``text`` or ``token``, ``h``,
@@ -175,6 +179,9 @@ def json_record(obj, path: str = "<input>", line: int | None = None, require_rel
         raise DataError(path, line, None, f"expected a JSON object, got {type(obj).__name__}")
     if entity_lists and "entities" in obj:
         return entity_sentence(obj, path, line)
+    if require_relation and "relation" not in obj and obj.keys() & EXTRACTION_KEYS:
+        raise DataError(path, line, None, "a row of the extraction task (a sentence's entities and "
+                                          "relations): its model is trained with task=extract")
     relation = relation_name(path, line, obj.get("relation"), require_relation)
     tokens, ident = None, row_id(path, line, obj.get("id"))
     if isinstance(obj.get("text"), str) and "h" not in obj and formats.has_tags(obj["text"]):
