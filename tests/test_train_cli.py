@@ -192,6 +192,17 @@ def test_output_that_is_the_input_is_refused(trained, small_en, tmp_path):
             line = user_error(run_cli(command, ckpt, str(data), "--output", str(output)))
             assert "is the input file" in line
     assert data.read_bytes() == before
+    # a file inside the model folder (or its run directory) is a part of the model: evaluate
+    # --predictions onto its config.json once replaced it and the model no longer loaded
+    config = trained / "checkpoints/best/config.json"
+    kept = config.read_bytes()
+    for model, flag, target in ((ckpt, "--predictions", config), (str(trained), "--output",
+                                                                  trained / "summary.json")):
+        line = user_error(run_cli("evaluate", model, str(data), flag, str(target)))
+        assert f"{flag} {target} lies inside" in line
+    line = user_error(run_cli("predict", ckpt, str(data), "--output", str(config.parent / "new")))
+    assert "lies inside" in line and not (config.parent / "new").exists()
+    assert config.read_bytes() == kept
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")

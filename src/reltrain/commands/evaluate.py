@@ -30,7 +30,7 @@ def run_evaluate(checkpoint: str | None = None, data: str | None = None,
     ``negative_label``, as ``eval.negative_label``, default the model's own setting)."""
     o = options or EvaluateOptions(checkpoint, data, **settings)
     check_output(o.output, (o.data, o.checkpoint))
-    check_output(o.predictions, (o.data, o.checkpoint))
+    check_output(o.predictions, (o.data, o.checkpoint), "--predictions")
     ctx = D.setup(o.device, DistConfig())
     try:
         predictor = load_predictor(o, ctx)

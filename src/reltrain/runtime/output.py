@@ -11,13 +11,22 @@ from pathlib import Path
 from reltrain.runtime.errors import UserError
 
 
-def check_output(output: str | None, inputs: tuple[str | None, ...]) -> None:
-    """Refuse an ``--output`` that is one of the inputs (the same file, by inode, not by name)."""
-    if not output or not os.path.exists(output):
+def check_output(output: str | None, inputs: tuple[str | None, ...], flag: str = "--output") -> None:
+    """Refuse an output that is one of the inputs (the same file, by inode, not by name) or lies
+    inside one that is a folder (a model folder or a run directory: the file would replace a
+    part of the model, or add one)."""
+    if not output:
         return
-    for path in inputs:
+    folders = [p for p in inputs if p and os.path.isdir(p)]
+    for parent in Path(os.path.abspath(output)).parents:  # by inode too: a link to the folder
+        inside = next((f for f in folders if os.path.exists(parent) and os.path.samefile(parent, f)),
+                      None)
+        if inside:
+            raise UserError(f"{flag} {output} lies inside {inside}, an input: writing there would "
+                            f"change it; choose a path outside it")
+    for path in inputs if os.path.exists(output) else ():
         if path and os.path.exists(path) and os.path.samefile(output, path):
-            raise UserError(f"--output {output} is the input file {path}: writing there would "
+            raise UserError(f"{flag} {output} is the input file {path}: writing there would "
                             f"replace your data; choose another output file")
 
 
