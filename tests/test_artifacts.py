@@ -239,3 +239,6 @@ def test_export_takes_a_run_directory_and_an_exported_folder(trained, tmp_path):
         assert card["metrics"] == original["metrics"]
         assert card["training_data"] == original["training_data"]
     assert "neither a model folder" in user_error(run_cli("export", str(tmp_path), str(tmp_path / "x")))
+    # into the run it reads: a run directory holding another folder resumes no more
+    line = user_error(run_cli("export", str(run_dir), str(run_dir / "exported")))
+    assert "OUT_DIR" in line and "lies inside" in line and not (run_dir / "exported").exists()

@@ -14,6 +14,7 @@ from reltrain.artifacts.save import write_model_folder
 from reltrain.artifacts.training_state import STATE_FILE, metric_values
 from reltrain.config.commands import ExportOptions
 from reltrain.runtime.errors import UserError
+from reltrain.runtime.output import check_output
 from reltrain.data.schema import Entity, Record
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,8 @@ def export_model(options: ExportOptions) -> Path:
         _require("onnxruntime")
     source = model_source(source)
     artifact = load_artifact(source)
+    # not inside what it reads: a run directory holding it is no run directory any more
+    check_output(out_dir, (options.checkpoint,), "OUT_DIR")
     if artifact.config.task == "extract":
         from reltrain.inference.extractor import Extractor  # the export of the folder's task only
 
