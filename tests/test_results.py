@@ -357,3 +357,14 @@ def test_a_damaged_validation_block_in_a_summary_is_no_figures_not_a_crash(tmp_p
         view = run_view(run, {"task": "extract"})
         assert view["split"] == split and view["per_entity_type"] == {}
         assert view["answers"]["rows"] == 0
+
+
+def test_a_report_is_never_written_over_a_run_file(run, tmp_path, capsys):
+    """``--output RUN/summary.json`` once replaced the run's summary with the page; the run's
+    own report.html may be written again."""
+    summary = (run / "summary.json").read_bytes()
+    for target in (run / "summary.json", run / "checkpoints/best/config.json"):
+        line = cli_error(capsys, "report", str(run), "--output", str(target))
+        assert f"--output {target} lies inside {run}" in line
+    assert (run / "summary.json").read_bytes() == summary
+    assert main(["report", str(run), "--output", str(run / "report.html")]) == 0
