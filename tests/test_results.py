@@ -278,6 +278,14 @@ def test_answers_carry_the_inputs_id_in_every_format(run, small_en, tmp_path, ca
         with pytest.raises(ValueError, match=r"rows\[0\]\.id: expected an integer or a string|"
                                              r"rows\[0\]\.id: an id holds a control"):
             model.predict_rows([{"id": bad, "text": text, "head": "alice", "tail": "paris"}])
+    # one row, or a sentence, in place of a list: once read as its keys or its letters
+    for rows in ({"text": text, "head": "alice", "tail": "paris"}, text):
+        with pytest.raises(UserError, match="predict_rows takes a list"):
+            model.predict_rows(rows)
+    for top_k in (0, 1.5, "3", True):  # 1.5 and "3" were tracebacks, 0 answered as 1
+        with pytest.raises(UserError, match="top_k must be a whole number of at least 1"):
+            model.predict_text(text, "alice", "paris", top_k=top_k)
+    assert len(model.predict_text(text, "alice", "paris", top_k=np.int64(2))["top_k"]) == 2
 
 
 def test_bad_rows_of_the_benchmark_formats_name_file_line_and_field(tmp_path):

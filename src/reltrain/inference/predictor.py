@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
+from numbers import Integral
 from pathlib import Path
 
 import numpy as np
@@ -103,6 +104,8 @@ class Predictor:
     def answer(self, items: list, top_k: int = 3, batch_size: int | None = None) -> list[dict]:
         """One answer per ``Record`` or ``EntitySentence``, in order: a record's relation, score
         and ``top_k`` alternatives; a sentence's with one such answer for every pair."""
+        if isinstance(top_k, bool) or not isinstance(top_k, Integral) or top_k < 1:
+            raise UserError(f"top_k must be a whole number of at least 1, not {top_k!r}")
         encoded = self.encode(items)
         return self.answers(encoded, self.score(encoded, batch_size), top_k)
 
@@ -165,7 +168,9 @@ class Predictor:
         ``{"text", "entities": [...]}`` (every pair), or ``{"text", "head", "tail"}`` with
         optional ``head_offset`` / ``tail_offset``. A bad row is a ``ValueError`` naming it:
         ``rows[3].h.pos: ...``."""
-
+        if isinstance(rows, (str, dict)):  # its letters or its keys would be the rows
+            raise UserError("predict_rows takes a list (or any iterable) of rows, each a dict; "
+                            "predict_text(text, head, tail) answers one")
         items = []
         for i, row in enumerate(rows):
             try:
