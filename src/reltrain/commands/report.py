@@ -62,10 +62,9 @@ def run_report(options: ReportOptions) -> Path:
     from reltrain.runtime.output import check_output  # tempfile, shutil: not at cli start-up
 
     out = Path(options.output)
-    for run in options.runs:  # a run's own page may be written again; none of its other files
-        if not (out.name == "report.html" and out.parent.is_dir()
-                and out.parent.samefile(run)):
-            check_output(options.output, (run,))
+    own = out.name == "report.html" and out.parent.is_dir()  # a run's own page, written again
+    check_output(options.output, tuple(r for r in options.runs
+                                       if not (own and out.parent.samefile(r))))
     data = write_report(options.runs, options.output)
     rows = sum(len(r["answers"].get("mistakes", ())) for r in data["runs"])
     sentences = sum(len(r["answers"].get("sentences", ())) for r in data["runs"])

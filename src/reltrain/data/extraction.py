@@ -42,8 +42,7 @@ class Parsed(NamedTuple):
 
 def detect(path: str, encoding: str = "utf-8") -> str:
     """The extraction format of a file, from its first non-blank line (a key of ``KINDS``)."""
-    first = next((line for line in read_lines(path, encoding) if line.strip()), "")
-    stripped = first.lstrip("\ufeff").strip()
+    stripped = _first_line(path, encoding)
     if stripped.startswith("["):
         return "spert"
     if not stripped.startswith("{"):
@@ -77,11 +76,16 @@ def iter_annotated(path: str, encoding: str = "utf-8", labels: bool = True,
     return _line_rows(path, lines, kind, labels)
 
 
+def _first_line(path: str, encoding: str) -> str:
+    """The file's first non-blank line, without a BOM and the white space around it."""
+    first = next((line for line in read_lines(path, encoding) if line.strip()), "")
+    return first.lstrip("\ufeff").strip()
+
+
 def _pairs_file(path: str, encoding: str) -> bool:
     """Whether the first row is a JSON object of one given pair (classification's shape)."""
-    _, first = peek(read_lines(path, encoding))
     try:
-        obj = parse_json(first.lstrip("\ufeff"), path, 1)
+        obj = parse_json(_first_line(path, encoding), path, 1)
     except DataError:
         return False
     return isinstance(obj, dict) and ({"h", "t"} <= obj.keys() or {"head", "tail"} <= obj.keys())

@@ -19,8 +19,7 @@ def check_output(output: str | None, inputs: tuple[str | None, ...], flag: str =
         return
     folders = [p for p in inputs if p and os.path.isdir(p)]
     for parent in Path(os.path.abspath(output)).parents:  # by inode too: a link to the folder
-        inside = next((f for f in folders if os.path.exists(parent) and os.path.samefile(parent, f)),
-                      None)
+        inside = parent.exists() and next((f for f in folders if parent.samefile(f)), None)
         if inside:
             raise UserError(f"{flag} {output} lies inside {inside}, an input: writing there would "
                             f"change it; choose a path outside it")
