@@ -131,3 +131,17 @@ def test_example_dropout_masks_follow_examples_not_batches():
     assert 0.3 < (whole == 0).float().mean() < 0.7 and set(whole.unique().tolist()) == {0.0, 2.0}
     other_step = drop(x, example_noise_seeds(seed=1, step=6, index=index))
     assert not torch.equal(whole, other_step)
+
+
+def test_example_dropout_rows_share_their_examples_mask():
+    """A sentence's spans hashed once (``rows``) are masked as each span keyed alone was."""
+    from reltrain.models.dropout import ExampleDropout, example_noise_seeds
+
+    drop = ExampleDropout(0.3, stream=11).train()
+    x = torch.randn(7, 25)
+    rows = torch.tensor([0, 0, 2, 1, 2, 2, 0])
+    noise = example_noise_seeds(seed=4, step=2, index=torch.tensor([8, 3, 5]))
+    shared = drop(x, noise, rows=rows)
+    assert torch.equal(shared, drop(x, noise[rows]))
+    assert torch.equal(shared[0] == 0, shared[1] == 0)  # one example, one mask
+    assert not torch.equal(shared[0] == 0, shared[3] == 0)

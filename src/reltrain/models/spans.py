@@ -216,7 +216,7 @@ class SpanRelationModel(nn.Module):
                 pairs = torch.cat([pairs, more])
         reps, table = self.span_reps(states, span_batch, spans)
         if noise is not None:
-            reps = self.span_dropout(reps, noise[span_batch])
+            reps = self.span_dropout(reps, noise, rows=span_batch)
         if not self.tags:
             entity_logits = self.span_classifier(reps)
         pair_logits = self.pair_logits(reps, table, span_batch, spans, pairs)
