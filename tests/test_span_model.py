@@ -354,3 +354,35 @@ def test_each_relation_gets_the_threshold_of_its_best_f1():
     scores = [[0.25, 0.3], [0.25, 0.25], [], [0.25, 0.2]]  # every gold one below 0.3
     assert tune_thresholds(gold, answers, scores, ["Kill", "Work_For"], grid).tolist() \
         == pytest.approx([0.2, 0.2])
+
+
+def test_the_same_batch_gives_the_same_gradient_on_every_backward_pass():
+    """A unit is read for many spans and pairs; indexing's backward added those gradients with
+    atomics in whatever order a CPU's threads met (two runs of one seed trained two models).
+    Read as rows (``rows_at``), the gradient is the same, bit for bit, every time."""
+    import hashlib
+
+    data = sentences() * 24
+    enc, vocab = encoder(data)
+    batch = collate_spans([enc(s) for s in data], list(range(len(data))), 0, len(RELATIONS))
+    torch.manual_seed(0)
+    model = SpanRelationModel(WordEncoder(len(vocab), 16, 128, 1, 0.0), 128, len(TYPES),
+                              len(RELATIONS), 3)
+    # a batch's spans in any order (the model's answers do not depend on it): each thread of
+    # the backward pass then meets every unit, as the threads at a batch's middle example do
+    order = torch.randperm(len(batch.spans), generator=torch.Generator().manual_seed(1))
+    inputs = {**batch.inputs(), "span_batch": batch.span_batch[order], "spans": batch.spans[order],
+              "pairs": torch.argsort(order)[batch.pairs]}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)  # the atomic adds are taken with more than one thread
+    try:
+        seen = set()
+        for _ in range(40):
+            model.zero_grad()
+            span_logits, pair_logits = model(**inputs)
+            (span_logits.square().sum() + pair_logits.square().sum()).backward()
+            seen.add(hashlib.sha1(model.encoder.embed.word.weight.grad.numpy().tobytes()).hexdigest())
+    finally:
+        torch.set_num_threads(threads)
+    assert len(batch.span_batch) * 128 > 32768  # past the size at which torch's adds go parallel
+    assert len(seen) == 1, f"{len(seen)} different gradients in 40 passes"
